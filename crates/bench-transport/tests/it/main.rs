@@ -1,1 +1,12 @@
-//! tests
+//! Integration tests of `bench-transport` (one binary, see CONVENTIONS.md).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod captures;
+mod client;
+mod sse_vectors;
+
+use std::path::PathBuf;
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}

@@ -1,0 +1,329 @@
+//! KV block accounting with a prefix cache over chained block hashes and LRU eviction.
+//!
+//! Every KV block is in exactly one state:
+//! - *free*;
+//! - *cached*: holds a full prompt block, keyed by a chained hash so that equal keys mean an equal
+//!   prefix. A cached block is *pinned* while at least one running request uses it and
+//!   *evictable* (in LRU order) otherwise;
+//! - *private*: held by one running request and not shareable (the partial last prompt block and
+//!   the blocks reserved for the completion).
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+/// Chained key of the block after `prev` whose contents hash as `data`.
+fn chain<T: Hash + ?Sized>(prev: u64, data: &T) -> u64 {
+    // `DefaultHasher::new()` uses fixed keys, so keys are stable across runs.
+    let mut h = DefaultHasher::new();
+    prev.hash(&mut h);
+    data.hash(&mut h);
+    h.finish()
+}
+
+/// Keys of the full blocks of a token-id sequence.
+pub(crate) fn block_keys_from_ids(ids: &[u32], block_size: u32) -> Vec<u64> {
+    let bs = block_size.max(1) as usize;
+    let mut prev = 0u64;
+    ids.chunks_exact(bs)
+        .map(|block| {
+            prev = chain(prev, block);
+            prev
+        })
+        .collect()
+}
+
+/// Keys of the full blocks of a text counted as one token per 4 bytes.
+pub(crate) fn block_keys_from_bytes(bytes: &[u8], block_size: u32) -> Vec<u64> {
+    let per_block = block_size.max(1) as usize * 4;
+    let mut prev = 0u64;
+    bytes
+        .chunks_exact(per_block)
+        .map(|block| {
+            prev = chain(prev, block);
+            prev
+        })
+        .collect()
+}
+
+#[derive(Debug)]
+struct Entry {
+    refs: u32,
+    tick: u64,
+}
+
+/// Blocks held by one admitted request; give it back with [`BlockManager::release`].
+#[derive(Debug, Default)]
+pub(crate) struct Alloc {
+    /// Cached blocks pinned by the request, in prompt order.
+    pinned: Vec<u64>,
+    /// Private blocks.
+    private: u64,
+    /// Leading prompt blocks that were already cached at admission.
+    pub(crate) hit_blocks: u32,
+}
+
+/// KV block pool with a prefix cache.
+#[derive(Debug)]
+pub(crate) struct BlockManager {
+    total: u64,
+    entries: HashMap<u64, Entry>,
+    /// Evictable (unpinned) cached blocks, oldest tick first.
+    lru: BTreeMap<u64, u64>,
+    tick: u64,
+    private: u64,
+    pinned: u64,
+    evicted_total: u64,
+}
+
+impl BlockManager {
+    /// A pool of `total` blocks.
+    pub(crate) fn new(total: u64) -> Self {
+        Self {
+            total,
+            entries: HashMap::new(),
+            lru: BTreeMap::new(),
+            tick: 0,
+            private: 0,
+            pinned: 0,
+            evicted_total: 0,
+        }
+    }
+
+    /// Blocks in the pool.
+    pub(crate) fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Blocks neither cached nor held.
+    pub(crate) fn free(&self) -> u64 {
+        self.total
+            .saturating_sub(self.entries.len() as u64 + self.private)
+    }
+
+    /// Cached blocks no running request uses (evictable).
+    pub(crate) fn evictable(&self) -> u64 {
+        self.lru.len() as u64
+    }
+
+    /// Blocks held by running requests (pinned cached + private).
+    pub(crate) fn used(&self) -> u64 {
+        self.pinned + self.private
+    }
+
+    /// Cached blocks evicted to make room, since start.
+    pub(crate) fn evicted_total(&self) -> u64 {
+        self.evicted_total
+    }
+
+    /// Number of leading `keys` present in the cache.
+    pub(crate) fn cached_prefix_blocks(&self, keys: &[u64]) -> usize {
+        keys.iter()
+            .take_while(|k| self.entries.contains_key(k))
+            .count()
+    }
+
+    /// Admits a request whose full prompt blocks have `keys` and which needs `need_blocks` blocks
+    /// in all (prompt + completion). Cached leading blocks are pinned; the others are taken from
+    /// free blocks, then by evicting least-recently-used evictable blocks.
+    ///
+    /// Returns `None` (changing nothing) when it does not fit, unless `force`, in which case the
+    /// request gets what is available (it over-commits rather than deadlocks).
+    pub(crate) fn admit(&mut self, keys: &[u64], need_blocks: u64, force: bool) -> Option<Alloc> {
+        let hit = self.cached_prefix_blocks(keys);
+        let need = need_blocks.max(keys.len() as u64);
+        let new_needed = need - hit as u64;
+        let unpinned_hits = keys[..hit]
+            .iter()
+            .filter(|k| self.entries.get(*k).is_some_and(|e| e.refs == 0))
+            .count() as u64;
+        let available = self.free() + self.evictable() - unpinned_hits;
+        if new_needed > available && !force {
+            return None;
+        }
+        let mut alloc = Alloc {
+            pinned: Vec::with_capacity(keys.len()),
+            private: 0,
+            hit_blocks: u32::try_from(hit).unwrap_or(u32::MAX),
+        };
+        for &k in &keys[..hit] {
+            self.pin(k);
+            alloc.pinned.push(k);
+        }
+        for &k in &keys[hit..] {
+            if self.entries.contains_key(&k) {
+                // Present although an earlier block is not (hash chains make this rare).
+                self.pin(k);
+                alloc.pinned.push(k);
+            } else if self.make_room(1) {
+                self.entries.insert(k, Entry { refs: 1, tick: 0 });
+                self.pinned += 1;
+                alloc.pinned.push(k);
+            } else {
+                break;
+            }
+        }
+        let private_needed = need - keys.len() as u64;
+        self.make_room(private_needed);
+        let private = private_needed.min(self.free());
+        self.private += private;
+        alloc.private = private;
+        Some(alloc)
+    }
+
+    /// Gives back a request's blocks: private blocks become free, its prompt blocks stay cached
+    /// and become evictable once no other request pins them (tail blocks first in LRU order).
+    pub(crate) fn release(&mut self, alloc: Alloc) {
+        self.private = self.private.saturating_sub(alloc.private);
+        for k in alloc.pinned.into_iter().rev() {
+            if let Some(e) = self.entries.get_mut(&k) {
+                e.refs = e.refs.saturating_sub(1);
+                if e.refs == 0 {
+                    self.tick += 1;
+                    e.tick = self.tick;
+                    self.lru.insert(self.tick, k);
+                    self.pinned = self.pinned.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// Drops every evictable cached block; returns how many.
+    pub(crate) fn flush(&mut self) -> u64 {
+        let n = self.lru.len() as u64;
+        for (_, k) in std::mem::take(&mut self.lru) {
+            self.entries.remove(&k);
+        }
+        n
+    }
+
+    fn pin(&mut self, k: u64) {
+        if let Some(e) = self.entries.get_mut(&k) {
+            if e.refs == 0 {
+                self.lru.remove(&e.tick);
+                self.pinned += 1;
+            }
+            e.refs += 1;
+        }
+    }
+
+    /// Evicts LRU blocks until `n` blocks are free (or nothing is left to evict).
+    fn make_room(&mut self, n: u64) -> bool {
+        while self.free() < n {
+            let Some((_, k)) = self.lru.pop_first() else {
+                return false;
+            };
+            self.entries.remove(&k);
+            self.evicted_total += 1;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(tag: u32, n: usize) -> Vec<u64> {
+        let ids: Vec<u32> = (0..n as u32 * 4).map(|i| i + tag * 1000).collect();
+        block_keys_from_ids(&ids, 4)
+    }
+
+    #[test]
+    fn chained_keys_identify_prefixes() {
+        let a = block_keys_from_ids(&[1, 2, 3, 4, 5, 6, 7, 8, 9], 4);
+        let b = block_keys_from_ids(&[1, 2, 3, 4, 5, 6, 7, 0], 4);
+        let c = block_keys_from_ids(&[0, 2, 3, 4, 5, 6, 7, 8], 4);
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[0], b[0]);
+        assert_ne!(a[1], b[1]);
+        // Same second block contents, different prefix: different key.
+        assert_ne!(a[1], c[1]);
+        assert_eq!(block_keys_from_bytes(&[7u8; 130], 4).len(), 8);
+    }
+
+    #[test]
+    fn second_request_hits_released_prefix() {
+        let mut m = BlockManager::new(100);
+        let k = keys(1, 5);
+        let a = m.admit(&k, 8, false).unwrap();
+        assert_eq!(a.hit_blocks, 0);
+        assert_eq!(m.used(), 8);
+        m.release(a);
+        assert_eq!(m.used(), 0);
+        assert_eq!(m.evictable(), 5);
+        assert_eq!(m.free(), 95);
+        let b = m.admit(&k[..3], 4, false).unwrap();
+        assert_eq!(b.hit_blocks, 3);
+        assert_eq!(m.evictable(), 2);
+        assert_eq!(m.used(), 4);
+        m.release(b);
+    }
+
+    #[test]
+    fn concurrent_requests_share_pinned_blocks() {
+        let mut m = BlockManager::new(100);
+        let k = keys(1, 4);
+        let a = m.admit(&k, 6, false).unwrap();
+        let b = m.admit(&k, 6, false).unwrap();
+        assert_eq!(b.hit_blocks, 4);
+        assert_eq!(m.used(), 4 + 2 + 2);
+        m.release(a);
+        assert_eq!(m.evictable(), 0, "still pinned by b");
+        m.release(b);
+        assert_eq!(m.evictable(), 4);
+    }
+
+    #[test]
+    fn eviction_is_lru_and_tail_first() {
+        let mut m = BlockManager::new(10);
+        let a = keys(1, 3);
+        let b = keys(2, 3);
+        let x = m.admit(&a, 3, false).unwrap();
+        m.release(x);
+        let x = m.admit(&b, 3, false).unwrap();
+        m.release(x);
+        // Touch `a` again so that `b` is the least recently used.
+        let x = m.admit(&a, 3, false).unwrap();
+        assert_eq!(x.hit_blocks, 3);
+        m.release(x);
+        assert_eq!(m.free(), 4);
+        // Needs 6 blocks: 4 free + 2 evicted from b's tail.
+        let c = keys(3, 6);
+        let x = m.admit(&c, 6, false).unwrap();
+        assert_eq!(m.evicted_total(), 2);
+        assert_eq!(m.cached_prefix_blocks(&a), 3);
+        assert_eq!(m.cached_prefix_blocks(&b), 1, "b's head survives, its tail went first");
+        m.release(x);
+    }
+
+    #[test]
+    fn pinned_blocks_are_never_evicted() {
+        let mut m = BlockManager::new(10);
+        let a = keys(1, 6);
+        let held = m.admit(&a, 6, false).unwrap();
+        // Only 4 free blocks; a's blocks are pinned, so 5 blocks do not fit.
+        assert!(m.admit(&keys(2, 5), 5, false).is_none());
+        assert_eq!(m.used(), 6);
+        assert_eq!(m.evicted_total(), 0);
+        // Forced admission over-commits instead of evicting pinned blocks.
+        let forced = m.admit(&keys(2, 5), 5, true).unwrap();
+        assert_eq!(m.cached_prefix_blocks(&a), 6);
+        assert_eq!(m.evicted_total(), 0);
+        m.release(forced);
+        m.release(held);
+        assert_eq!(m.used(), 0);
+    }
+
+    #[test]
+    fn flush_keeps_pinned_blocks() {
+        let mut m = BlockManager::new(20);
+        let a = m.admit(&keys(1, 3), 3, false).unwrap();
+        let b = m.admit(&keys(2, 3), 3, false).unwrap();
+        m.release(b);
+        assert_eq!(m.flush(), 3);
+        assert_eq!(m.cached_prefix_blocks(&keys(1, 3)), 3);
+        assert_eq!(m.cached_prefix_blocks(&keys(2, 3)), 0);
+        m.release(a);
+        assert_eq!(m.free(), 17);
+    }
+}

@@ -1,0 +1,208 @@
+//! Simulator configuration.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+
+/// How the simulator decides when tokens are produced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum LatencyMode {
+    /// Continuous batching with a step loop: prefill cost per uncached prompt token, decode step
+    /// time growing with the batch, queueing when `max_num_seqs` or the KV capacity is reached.
+    #[default]
+    Model,
+    /// Every request gets exactly `ttft` to its first token and `itl` between tokens, whatever the
+    /// load (both multiplied by [`SimConfig::time_scale`]).
+    Fixed {
+        /// Time from receiving the request to its first token.
+        #[serde(rename = "ttft_ms", serialize_with = "ser_duration_ms")]
+        ttft: Duration,
+        /// Time between consecutive tokens.
+        #[serde(rename = "itl_ms", serialize_with = "ser_duration_ms")]
+        itl: Duration,
+    },
+    /// No delay at all; every token is still its own SSE event. For client-capacity tests.
+    Instant,
+}
+
+/// Metric vocabulary served on `/metrics` (and the SGLang `sglext` usage extension).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Flavor {
+    /// vLLM v1 names (`vllm:num_requests_running`, `vllm:kv_cache_usage_perc`, ...).
+    #[default]
+    Vllm,
+    /// SGLang names (`sglang:num_running_reqs`, `sglang:token_usage`, ...).
+    Sglang,
+}
+
+/// Configuration of a [`SimServer`](crate::SimServer).
+///
+/// The defaults model an 8B model on one modern GPU. Durations are in milliseconds as named.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimConfig {
+    /// Address to bind; port 0 picks a free port. Default `127.0.0.1:0`.
+    pub bind: SocketAddr,
+    /// Served model name (used by `/v1/models` and echoed when a request names no model).
+    /// Default `"bench-sim"`.
+    pub model: String,
+    /// Latency mode. Default [`LatencyMode::Model`].
+    pub mode: LatencyMode,
+    /// Metric vocabulary of `/metrics`. Default [`Flavor::Vllm`].
+    pub flavor: Flavor,
+    /// Maximum prompt + completion tokens of one request. Default 32768.
+    pub max_model_len: u32,
+    /// Prefill cost per *uncached* prompt token, in milliseconds. Default 0.1.
+    pub prefill_ms_per_token: f64,
+    /// Fixed cost of one engine step, in milliseconds. Default 10.0.
+    pub decode_step_base_ms: f64,
+    /// Cost added to a step per sequence decoding in it, in milliseconds. Default 0.05.
+    pub decode_step_ms_per_seq: f64,
+    /// Maximum number of running sequences (batch size). Default 256.
+    pub max_num_seqs: usize,
+    /// KV cache capacity in tokens (rounded down to whole blocks). Default 262144.
+    pub kv_capacity_tokens: u64,
+    /// Tokens per KV block (prefix-cache granularity). Default 16.
+    pub block_size: u32,
+    /// Multiplies every simulated delay; 0.5 runs twice as fast. Default 1.0.
+    pub time_scale: f64,
+    /// Seed of every random choice (per request: `seed ^ request_number`). Default 0.
+    pub seed: u64,
+    /// Completion length used when a request gives neither `max_completion_tokens` nor
+    /// `max_tokens` (capped to the context left). Default 256.
+    pub default_max_tokens: u32,
+    /// A Hugging Face `tokenizer.json` (or a directory holding one) used to count prompt tokens;
+    /// when absent prompt tokens are counted as `ceil(bytes / 4)`. Default none.
+    pub tokenizer: Option<PathBuf>,
+    /// When set, one JSON line per finished request is appended to this file. Default none.
+    pub request_log: Option<PathBuf>,
+    /// Request header whose value is copied into the request log as `session`.
+    /// Default `"x-session-id"`.
+    pub session_header: String,
+    /// When set, every response carries the header `x-worker-id: <id>`. Default none.
+    pub worker_id: Option<String>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            model: "bench-sim".to_owned(),
+            mode: LatencyMode::Model,
+            flavor: Flavor::Vllm,
+            max_model_len: 32768,
+            prefill_ms_per_token: 0.1,
+            decode_step_base_ms: 10.0,
+            decode_step_ms_per_seq: 0.05,
+            max_num_seqs: 256,
+            kv_capacity_tokens: 262_144,
+            block_size: 16,
+            time_scale: 1.0,
+            seed: 0,
+            default_max_tokens: 256,
+            tokenizer: None,
+            request_log: None,
+            session_header: "x-session-id".to_owned(),
+            worker_id: None,
+        }
+    }
+}
+
+impl SimConfig {
+    /// Predicted time to first token, in milliseconds, on an otherwise idle server, for a prompt
+    /// of `prompt_tokens` of which `cached_tokens` hit the prefix cache (scaled by `time_scale`).
+    ///
+    /// `Model`: `(decode_step_base_ms + prefill_ms_per_token × uncached) × time_scale`;
+    /// `Fixed`: `ttft × time_scale`; `Instant`: 0.
+    pub fn expected_ttft_ms(&self, prompt_tokens: u32, cached_tokens: u32) -> f64 {
+        match self.mode {
+            LatencyMode::Model => {
+                let uncached = f64::from(prompt_tokens.saturating_sub(cached_tokens));
+                (self.decode_step_base_ms + self.prefill_ms_per_token * uncached) * self.scale()
+            }
+            LatencyMode::Fixed { ttft, .. } => ttft.as_secs_f64() * 1000.0 * self.scale(),
+            LatencyMode::Instant => 0.0,
+        }
+    }
+
+    /// Predicted time per output token after the first, in milliseconds, when `running_seqs`
+    /// sequences decode together and nothing else arrives (scaled by `time_scale`).
+    ///
+    /// `Model`: `(decode_step_base_ms + decode_step_ms_per_seq × running_seqs) × time_scale`;
+    /// `Fixed`: `itl × time_scale`; `Instant`: 0.
+    pub fn expected_tpot_ms(&self, running_seqs: usize) -> f64 {
+        match self.mode {
+            LatencyMode::Model => {
+                #[allow(clippy::cast_precision_loss)]
+                let seqs = running_seqs as f64;
+                (self.decode_step_base_ms + self.decode_step_ms_per_seq * seqs) * self.scale()
+            }
+            LatencyMode::Fixed { itl, .. } => itl.as_secs_f64() * 1000.0 * self.scale(),
+            LatencyMode::Instant => 0.0,
+        }
+    }
+
+    /// Number of KV blocks: `kv_capacity_tokens / block_size`, at least 1.
+    pub fn kv_total_blocks(&self) -> u64 {
+        (self.kv_capacity_tokens / u64::from(self.block_size.max(1))).max(1)
+    }
+
+    /// `time_scale`, with negative or non-finite values treated as 0 and 1 respectively.
+    pub(crate) fn scale(&self) -> f64 {
+        if !self.time_scale.is_finite() {
+            1.0
+        } else {
+            self.time_scale.max(0.0)
+        }
+    }
+
+    /// A simulated delay of `ms` milliseconds, scaled by `time_scale`.
+    pub(crate) fn scaled(&self, ms: f64) -> Duration {
+        let ms = ms * self.scale();
+        if ms.is_finite() && ms > 0.0 {
+            Duration::from_secs_f64(ms / 1000.0)
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+fn ser_duration_ms<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expected_values_follow_the_model() {
+        let c = SimConfig {
+            time_scale: 0.5,
+            ..SimConfig::default()
+        };
+        assert!((c.expected_ttft_ms(1000, 200) - (10.0 + 80.0) * 0.5).abs() < 1e-9);
+        assert!((c.expected_tpot_ms(1) - 10.05 * 0.5).abs() < 1e-9);
+        assert_eq!(c.kv_total_blocks(), 16384);
+        let f = SimConfig {
+            mode: LatencyMode::Fixed {
+                ttft: Duration::from_millis(100),
+                itl: Duration::from_millis(20),
+            },
+            ..SimConfig::default()
+        };
+        assert!((f.expected_ttft_ms(5, 0) - 100.0).abs() < 1e-9);
+        assert!((f.expected_tpot_ms(8) - 20.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn config_serializes() {
+        let v = serde_json::to_value(SimConfig::default()).unwrap_or_default();
+        assert_eq!(v["mode"]["kind"], "model");
+        assert_eq!(v["flavor"], "vllm");
+        assert_eq!(v["block_size"], 16);
+    }
+}

@@ -1,0 +1,71 @@
+//! The request log: one JSON line per finished request.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+use crate::error::SimError;
+
+/// One line of the request log.
+#[derive(Debug, Serialize)]
+pub(crate) struct LogLine<'a> {
+    /// When the request was received (RFC 3339, UTC).
+    pub(crate) recv_utc: &'a str,
+    /// When the request was received, in ms since server start.
+    pub(crate) recv_ms: f64,
+    /// Value of the session header, if any.
+    pub(crate) session: Option<&'a str>,
+    /// Number of assistant messages in the request.
+    pub(crate) turn_index: u32,
+    pub(crate) prompt_tokens: u32,
+    pub(crate) cached_tokens: u32,
+    pub(crate) completion_tokens: u32,
+    /// HTTP status code.
+    pub(crate) status: u16,
+    pub(crate) stream: bool,
+    /// `length`, `stop`, `aborted` or `error`.
+    pub(crate) finish: &'a str,
+}
+
+/// Appends lines to a file; each line is flushed as it is written so none is lost at shutdown.
+pub(crate) struct RequestLog {
+    out: Mutex<BufWriter<File>>,
+}
+
+impl RequestLog {
+    pub(crate) fn open(path: &Path) -> Result<Self, SimError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|source| SimError::RequestLog {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(Self {
+            out: Mutex::new(BufWriter::new(file)),
+        })
+    }
+
+    /// Writes and flushes one line; failures are reported through `tracing`, never fatal.
+    pub(crate) fn write(&self, line: &LogLine<'_>) {
+        let mut buf = match serde_json::to_vec(line) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot serialize request log line");
+                return;
+            }
+        };
+        buf.push(b'\n');
+        let mut out = self
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(e) = out.write_all(&buf).and_then(|()| out.flush()) {
+            tracing::warn!(error = %e, "cannot write request log");
+        }
+    }
+}

@@ -1,0 +1,772 @@
+//! The HTTP/1.1 client: pooled keep-alive connections, per-request timeouts, auth from the
+//! environment, and transparent redials of requests that hit a connection the server had
+//! already closed.
+//!
+//! # Stale pooled connections
+//!
+//! Servers close kept-alive connections without warning (llama.cpp's server does so after every
+//! streamed response while its headers say `keep-alive`). A request written to such a connection
+//! fails although the server never saw it. The client re-sends a request on a fresh connection,
+//! without costing the caller a turn, when **both** hold:
+//!
+//! * the connection had already carried an earlier request (it came from the pool), and
+//! * not one byte of a response to this request arrived before the connection failed (or hyper
+//!   reports the request was never written at all).
+//!
+//! This is curl's rule for reused connections. Every such re-send is counted
+//! ([`Client::redials`], [`TurnOutcome::redials`]). A failure on a fresh connection, or after any
+//! response byte arrived, is a real error.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::error::{Error, ErrorKind};
+use crate::openai::ChatRequest;
+use crate::stream::{ChatStreamConsumer, TurnOutcome};
+
+/// How to authenticate.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum Auth {
+    /// No `Authorization` header.
+    #[default]
+    None,
+    /// `Authorization: Bearer <token>`.
+    Bearer(String),
+    /// `Authorization: <value>` sent verbatim.
+    Raw(String),
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a secret.
+        match self {
+            Auth::None => f.write_str("None"),
+            Auth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+            Auth::Raw(_) => f.write_str("Raw(<redacted>)"),
+        }
+    }
+}
+
+impl Auth {
+    /// From the environment: `OPENAI_API_KEY` as a bearer token, else `API_KEY` verbatim, else
+    /// none. Empty values count as unset.
+    pub fn from_env() -> Auth {
+        Auth::from_vars(
+            std::env::var("OPENAI_API_KEY").ok(),
+            std::env::var("API_KEY").ok(),
+        )
+    }
+
+    /// The same rule over given values (testable without touching the environment).
+    pub fn from_vars(openai_api_key: Option<String>, api_key: Option<String>) -> Auth {
+        match (openai_api_key, api_key) {
+            (Some(k), _) if !k.is_empty() => Auth::Bearer(k),
+            (_, Some(k)) if !k.is_empty() => Auth::Raw(k),
+            _ => Auth::None,
+        }
+    }
+
+    /// A short description safe to print ("bearer from OPENAI_API_KEY", ...).
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Auth::None => "none",
+            Auth::Bearer(_) => "bearer token",
+            Auth::Raw(_) => "raw authorization header",
+        }
+    }
+}
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `http://host:port`, optionally with a path prefix. A trailing `/v1` is accepted and
+    /// ignored, so both vLLM-style (`http://h:8000`) and OpenAI-SDK-style (`http://h:8000/v1`)
+    /// base URLs work.
+    pub base_url: String,
+    /// Default whole-request timeout (connect + response + body), per request.
+    pub timeout: Duration,
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// Extra headers sent on every request.
+    pub headers: Vec<(String, String)>,
+    /// Authentication.
+    pub auth: Auth,
+    /// Idle connections kept per host.
+    pub max_idle_per_host: usize,
+    /// How long an idle pooled connection is kept.
+    pub pool_idle_timeout: Duration,
+}
+
+impl ClientConfig {
+    /// Defaults for `base_url`: 600 s request timeout, 10 s connect timeout, auth from the
+    /// environment, no extra headers.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        ClientConfig {
+            base_url: base_url.into(),
+            timeout: Duration::from_secs(600),
+            connect_timeout: Duration::from_secs(10),
+            headers: Vec::new(),
+            auth: Auth::from_env(),
+            max_idle_per_host: usize::MAX,
+            pool_idle_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// Per-request options.
+#[derive(Debug, Clone, Default)]
+pub struct RequestOptions {
+    /// Overrides the client's timeout for this request.
+    pub timeout: Option<Duration>,
+    /// Extra headers for this request only (e.g. a routing key).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// A response header to record as the worker that served the turn.
+    pub worker_header: Option<HeaderName>,
+}
+
+/// A response read whole (for small endpoints: `/v1/models`, `/metrics`, ...).
+#[derive(Debug, Clone)]
+pub struct SimpleResponse {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Response headers.
+    pub headers: HeaderMap,
+    /// The body.
+    pub body: Bytes,
+}
+
+#[derive(Debug, Default)]
+struct ClientStats {
+    redials: AtomicU64,
+    connections: AtomicU64,
+}
+
+/// An HTTP/1.1 client bound to one base URL. Cheap to clone; clones share the pool.
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: HyperClient<TrackingConnector, Full<Bytes>>,
+    scheme_authority: String,
+    path_prefix: String,
+    headers: HeaderMap,
+    timeout: Duration,
+    stats: Arc<ClientStats>,
+}
+
+/// Upper bound on redials for one request (each consumes a distinct stale pooled connection).
+const MAX_REDIALS: u32 = 32;
+
+impl Client {
+    /// Validates the configuration and builds the client. Must be called inside a tokio runtime
+    /// only when requests are sent (building is runtime-free).
+    pub fn new(config: ClientConfig) -> Result<Client, Error> {
+        let (scheme_authority, path_prefix) = parse_base_url(&config.base_url)?;
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let auth_value = match &config.auth {
+            Auth::None => None,
+            Auth::Bearer(k) => Some(format!("Bearer {k}")),
+            Auth::Raw(k) => Some(k.clone()),
+        };
+        if let Some(v) = auth_value {
+            let mut v = HeaderValue::from_str(&v).map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidRequest,
+                    "the API key from the environment is not a valid header value",
+                )
+            })?;
+            v.set_sensitive(true);
+            headers.insert(AUTHORIZATION, v);
+        }
+        for (k, v) in &config.headers {
+            let name = HeaderName::from_bytes(k.trim().as_bytes()).map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidRequest,
+                    format!("invalid header name {k:?}"),
+                )
+            })?;
+            let value = HeaderValue::from_str(v.trim()).map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidRequest,
+                    format!("invalid value for header {k:?}"),
+                )
+            })?;
+            headers.append(name, value);
+        }
+        let stats = Arc::new(ClientStats::default());
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(config.connect_timeout));
+        http.enforce_http(true);
+        let connector = TrackingConnector {
+            inner: http,
+            stats: stats.clone(),
+        };
+        let client = HyperClient::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .pool_max_idle_per_host(config.max_idle_per_host)
+            // We retry ourselves so that every redial is counted.
+            .retry_canceled_requests(false)
+            .build(connector);
+        Ok(Client {
+            http: client,
+            scheme_authority,
+            path_prefix,
+            headers,
+            timeout: config.timeout,
+            stats,
+        })
+    }
+
+    /// The base URL requests go to (`scheme://authority` plus any path prefix).
+    pub fn base_url(&self) -> String {
+        format!("{}{}", self.scheme_authority, self.path_prefix)
+    }
+
+    /// Requests re-sent because their pooled connection was already closed.
+    pub fn redials(&self) -> u64 {
+        self.stats.redials.load(Ordering::Relaxed)
+    }
+
+    /// TCP connections opened so far.
+    pub fn connections_opened(&self) -> u64 {
+        self.stats.connections.load(Ordering::Relaxed)
+    }
+
+    fn uri(&self, path: &str) -> Result<Uri, Error> {
+        let s = format!("{}{}{}", self.scheme_authority, self.path_prefix, path);
+        s.parse::<Uri>()
+            .map_err(|e| Error::new(ErrorKind::InvalidRequest, format!("bad URL {s}: {e}")))
+    }
+
+    fn build_request(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        body: &Bytes,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Result<Request<Full<Bytes>>, Error> {
+        let mut req = Request::builder()
+            .method(method.clone())
+            .uri(uri.clone())
+            .body(Full::new(body.clone()))
+            .map_err(|e| Error::new(ErrorKind::InvalidRequest, e.to_string()))?;
+        let h = req.headers_mut();
+        for (k, v) in &self.headers {
+            h.append(k, v.clone());
+        }
+        for (k, v) in extra {
+            h.insert(k, v.clone());
+        }
+        Ok(req)
+    }
+
+    /// Sends a request, redialing stale pooled connections; returns the response head.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Result<(hyper::Response<Incoming>, u32), Error> {
+        let uri = self.uri(path)?;
+        let mut redials = 0u32;
+        loop {
+            let req = self.build_request(&method, &uri, &body, extra)?;
+            match self.http.request(req).await {
+                Ok(resp) => return Ok((resp, redials)),
+                Err(e) => {
+                    if redials < MAX_REDIALS && is_stale_reuse(&e) {
+                        redials += 1;
+                        self.stats.redials.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!("pooled connection was closed by the server; redialing");
+                        continue;
+                    }
+                    return Err(map_client_error(e));
+                }
+            }
+        }
+    }
+
+    /// Sends a request and reads the whole body.
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<SimpleResponse, Error> {
+        let timeout = timeout.unwrap_or(self.timeout);
+        let fut = async {
+            let (resp, _) = self.send(method, path, body, &[]).await?;
+            let (parts, body) = resp.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| map_hyper_error(e, "reading the response body"))?
+                .to_bytes();
+            Ok(SimpleResponse {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            })
+        };
+        tokio::time::timeout(timeout, fut)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("no complete response to {path} within {timeout:?}"),
+                ))
+            })
+    }
+
+    /// `GET path`, whole body.
+    pub async fn get(
+        &self,
+        path: &str,
+        timeout: Option<Duration>,
+    ) -> Result<SimpleResponse, Error> {
+        self.request(Method::GET, path, Bytes::new(), timeout).await
+    }
+
+    /// Sends one chat turn and measures it. `POST {base}/v1/chat/completions`.
+    pub async fn chat(
+        &self,
+        request: &ChatRequest,
+        opts: &RequestOptions,
+    ) -> Result<TurnOutcome, Error> {
+        let body = request.to_body()?;
+        self.chat_body(body, request.wants_stream(), opts).await
+    }
+
+    /// Sends a pre-serialized chat-completions body. `stream` says whether the body asks for a
+    /// stream (a server that answers `application/json` anyway is handled too).
+    pub async fn chat_body(
+        &self,
+        body: Bytes,
+        stream: bool,
+        opts: &RequestOptions,
+    ) -> Result<TurnOutcome, Error> {
+        let timeout = opts.timeout.unwrap_or(self.timeout);
+        let sent = Instant::now();
+        let deadline = tokio::time::Instant::from_std(sent + timeout);
+        let mut progress = (0usize, 0u64); // output chunks, body bytes
+        let fut = self.chat_inner(body, stream, opts, sent, &mut progress);
+        match tokio::time::timeout_at(deadline, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "turn not finished within {timeout:?} ({} output chunks, {} body bytes received)",
+                    progress.0, progress.1
+                ),
+            )),
+        }
+    }
+
+    async fn chat_inner(
+        &self,
+        body: Bytes,
+        stream: bool,
+        opts: &RequestOptions,
+        sent: Instant,
+        progress: &mut (usize, u64),
+    ) -> Result<TurnOutcome, Error> {
+        let (resp, redials) = self
+            .send(Method::POST, "/v1/chat/completions", body, &opts.headers)
+            .await?;
+        let (parts, mut body) = resp.into_parts();
+        if !parts.status.is_success() {
+            let mut buf = Vec::new();
+            // Read at most a little of an error body.
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(f) => {
+                        if let Some(d) = f.data_ref() {
+                            buf.extend_from_slice(d);
+                        }
+                        if buf.len() >= 200 {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            return Err(Error::status_error(parts.status, &buf));
+        }
+        let is_sse = parts
+            .headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.to_ascii_lowercase().starts_with("text/event-stream"));
+        let is_json = parts
+            .headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.to_ascii_lowercase().contains("json"));
+        // Trust the content type when it is explicit; otherwise go by what was asked for.
+        let streamed = match (is_sse, is_json) {
+            (Some(true), _) => true,
+            (_, Some(true)) => false,
+            _ => stream,
+        };
+        let worker = opts.worker_header.as_ref().and_then(|h| {
+            parts
+                .headers
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        });
+        let mut consumer = ChatStreamConsumer::new(sent, streamed);
+        while let Some(frame) = body.frame().await {
+            let at = Instant::now();
+            let frame = frame.map_err(|e| {
+                let mut err = map_hyper_error(e, "reading the response stream");
+                if progress.1 > 0 {
+                    err = Error::new(
+                        err.kind(),
+                        format!(
+                            "{} after {} body bytes and {} output chunks",
+                            err.detail(),
+                            progress.1,
+                            progress.0
+                        ),
+                    );
+                }
+                err
+            })?;
+            if let Some(data) = frame.data_ref() {
+                progress.1 += data.len() as u64;
+                consumer.feed(data, at)?;
+                progress.0 = consumer.chunks();
+                if consumer.is_done() && streamed {
+                    // Keep reading to the end of the body so the connection can be reused, but
+                    // the turn's end is the end of the body.
+                }
+            }
+        }
+        let end = Instant::now();
+        let mut outcome = consumer.finish(end)?;
+        outcome.redials = redials;
+        outcome.worker = worker;
+        Ok(outcome)
+    }
+}
+
+fn parse_base_url(base: &str) -> Result<(String, String), Error> {
+    let base = base.trim();
+    let uri: Uri = base.parse().map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidRequest,
+            format!("invalid base URL {base:?}: {e}"),
+        )
+    })?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(Error::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "https:// base URLs are not supported yet (no TLS): {base} — use http:// (e.g. through a local TLS-terminating proxy)"
+                ),
+            ));
+        }
+        Some(other) => {
+            return Err(Error::new(
+                ErrorKind::InvalidRequest,
+                format!("unsupported scheme {other}:// in base URL {base:?}: use http://"),
+            ));
+        }
+        None => {
+            return Err(Error::new(
+                ErrorKind::InvalidRequest,
+                format!("base URL {base:?} needs a scheme, e.g. http://127.0.0.1:8000"),
+            ));
+        }
+    }
+    let Some(authority) = uri.authority() else {
+        return Err(Error::new(
+            ErrorKind::InvalidRequest,
+            format!("base URL {base:?} has no host"),
+        ));
+    };
+    let mut path = uri.path().trim_end_matches('/').to_string();
+    if path.ends_with("/v1") {
+        path.truncate(path.len() - 3);
+    }
+    Ok((format!("http://{authority}"), path))
+}
+
+/// Walks the source chain of a legacy-client error to the hyper error.
+fn find_hyper_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a hyper::Error> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<hyper::Error>() {
+            return Some(h);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(err) = cur {
+        let s = err.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = err.source();
+    }
+    parts.join(": ")
+}
+
+fn is_stale_reuse(e: &hyper_util::client::legacy::Error) -> bool {
+    if e.is_connect() {
+        return false;
+    }
+    let Some(info) = e.connect_info() else {
+        return false;
+    };
+    let mut ext = http::Extensions::new();
+    info.get_extras(&mut ext);
+    let Some(conn) = ext.get::<ConnHandle>() else {
+        return false;
+    };
+    let started = conn.0.requests_started.load(Ordering::Acquire);
+    let canceled = find_hyper_error(e).is_some_and(hyper::Error::is_canceled);
+    if canceled {
+        // Never written: safe whenever the connection is not brand new (a fresh connection that
+        // fails at once is a real failure, and retrying it could loop).
+        return started >= 1;
+    }
+    let read = conn.0.bytes_read.load(Ordering::Acquire);
+    let at_start = conn.0.read_at_request_start.load(Ordering::Acquire);
+    started >= 2 && read == at_start
+}
+
+fn map_client_error(e: hyper_util::client::legacy::Error) -> Error {
+    let text = chain_text(&e);
+    if e.is_connect() {
+        let lower = text.to_ascii_lowercase();
+        let kind = if lower.contains("timed out") || lower.contains("timeout") {
+            ErrorKind::Timeout
+        } else {
+            ErrorKind::Connect
+        };
+        return Error::new(kind, text).with_source(e);
+    }
+    let (kind, detail) = match find_hyper_error(&e) {
+        Some(h) => classify_hyper_error(h, "sending the request"),
+        None => (ErrorKind::Io, text),
+    };
+    Error::new(kind, detail).with_source(e)
+}
+
+fn map_hyper_error(e: hyper::Error, doing: &str) -> Error {
+    let (kind, detail) = classify_hyper_error(&e, doing);
+    Error::new(kind, detail).with_source(e)
+}
+
+fn classify_hyper_error(e: &hyper::Error, doing: &str) -> (ErrorKind, String) {
+    let text = chain_text(e);
+    let (kind, detail) = if e.is_incomplete_message() {
+        (
+            ErrorKind::Io,
+            format!("connection closed by the server while {doing} ({text})"),
+        )
+    } else if e.is_parse() || e.is_parse_status() {
+        (
+            ErrorKind::Io,
+            format!("invalid HTTP response while {doing}: {text}"),
+        )
+    } else if e.is_timeout() {
+        (ErrorKind::Timeout, format!("{doing}: {text}"))
+    } else {
+        (ErrorKind::Io, format!("{doing}: {text}"))
+    };
+    (kind, detail)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connection tracking
+
+/// Per-connection counters shared between the socket wrapper and the client.
+#[derive(Debug, Default)]
+struct ConnStats {
+    bytes_read: AtomicU64,
+    /// Requests whose first byte was written on this connection.
+    requests_started: AtomicU64,
+    /// `bytes_read` when the latest request started to be written.
+    read_at_request_start: AtomicU64,
+}
+
+#[derive(Debug, Clone)]
+struct ConnHandle(Arc<ConnStats>);
+
+/// A `TcpStream` that counts what crosses it. HTTP/1.1 without pipelining alternates "write a
+/// request, read its response", so the first write after a read starts a new request.
+#[derive(Debug)]
+struct TrackedStream {
+    inner: TcpStream,
+    stats: Arc<ConnStats>,
+    reading: bool,
+}
+
+impl AsyncRead for TrackedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.stats.bytes_read.fetch_add(n as u64, Ordering::Release);
+            self.reading = true;
+        }
+        r
+    }
+}
+
+impl AsyncWrite for TrackedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.reading && !buf.is_empty() {
+            self.reading = false;
+            let read = self.stats.bytes_read.load(Ordering::Acquire);
+            self.stats
+                .read_at_request_start
+                .store(read, Ordering::Release);
+            self.stats.requests_started.fetch_add(1, Ordering::AcqRel);
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.reading && bufs.iter().any(|b| !b.is_empty()) {
+            self.reading = false;
+            let read = self.stats.bytes_read.load(Ordering::Acquire);
+            self.stats
+                .read_at_request_start
+                .store(read, Ordering::Release);
+            self.stats.requests_started.fetch_add(1, Ordering::AcqRel);
+        }
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl Connection for TrackedStream {
+    fn connected(&self) -> Connected {
+        self.inner.connected().extra(ConnHandle(self.stats.clone()))
+    }
+}
+
+/// Wraps hyper-util's `HttpConnector`, counting connections and tracking each one.
+#[derive(Debug, Clone)]
+struct TrackingConnector {
+    inner: HttpConnector,
+    stats: Arc<ClientStats>,
+}
+
+type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+impl tower_service::Service<Uri> for TrackingConnector {
+    type Response = TokioIo<TrackedStream>;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let fut = self.inner.call(dst);
+        let stats = self.stats.clone();
+        Box::pin(async move {
+            let io = fut.await?;
+            stats.connections.fetch_add(1, Ordering::Relaxed);
+            Ok(TokioIo::new(TrackedStream {
+                inner: io.into_inner(),
+                stats: Arc::new(ConnStats::default()),
+                reading: true,
+            }))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn base_urls() {
+        assert_eq!(
+            parse_base_url("http://127.0.0.1:8000").unwrap(),
+            ("http://127.0.0.1:8000".into(), "".into())
+        );
+        assert_eq!(
+            parse_base_url("http://h:1/v1/").unwrap(),
+            ("http://h:1".into(), "".into())
+        );
+        assert_eq!(
+            parse_base_url("http://h:1/proxy/v1").unwrap(),
+            ("http://h:1".into(), "/proxy".into())
+        );
+        let e = parse_base_url("https://api.openai.com/v1").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidRequest);
+        assert!(e.to_string().contains("not supported yet"));
+        assert!(parse_base_url("localhost:8000").is_err());
+    }
+
+    #[test]
+    fn auth_rule() {
+        assert_eq!(
+            Auth::from_vars(Some("a".into()), Some("b".into())),
+            Auth::Bearer("a".into())
+        );
+        assert_eq!(
+            Auth::from_vars(Some(String::new()), Some("b".into())),
+            Auth::Raw("b".into())
+        );
+        assert_eq!(Auth::from_vars(None, None), Auth::None);
+        assert!(!format!("{:?}", Auth::Bearer("sk-secret".into())).contains("secret"));
+    }
+}
