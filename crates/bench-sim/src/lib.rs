@@ -1,1 +1,49 @@
-//! placeholder
+//! An embedded OpenAI-compatible LLM serving simulator.
+//!
+//! [`SimServer`] serves `POST /v1/chat/completions` (streaming and not), `GET /v1/models`,
+//! `GET /health`, `GET /metrics` (vLLM or SGLang vocabulary, see [`Flavor`]) and the cache-flush
+//! endpoints `POST /flush_cache` / `POST /reset_prefix_cache` on loopback, so every feature of
+//! bench runs without a GPU. [`SimConfig`] sets the latency model ([`LatencyMode`]):
+//!
+//! - `Model`: one engine task runs a step loop with continuous batching. Each step admits
+//!   waiting requests in FIFO order while a batch slot and KV blocks are free (evicting
+//!   least-recently-used cached prefix blocks), lasts
+//!   `(decode_step_base_ms + decode_step_ms_per_seq × decoding + prefill_ms_per_token × uncached)
+//!   × time_scale`, and ends with one token per running request. A prefix cache over chained
+//!   block hashes reports `cached_tokens`.
+//! - `Fixed { ttft, itl }`: every request gets exactly these delays, whatever the load.
+//! - `Instant`: no delay; still one SSE event per token (for client-capacity tests).
+//!
+//! [`SimConfig::expected_ttft_ms`] and [`SimConfig::expected_tpot_ms`] give the model's
+//! prediction for an idle server; [`SimServer::stats`] a [`SimStats`] snapshot. Every random
+//! choice comes from ChaCha seeded with `seed ^ request_number`. The full model is described in
+//! `docs/simulator.md`.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! rt.block_on(async {
+//!     let sim = bench_sim::SimServer::start(bench_sim::SimConfig::default()).await?;
+//!     assert!(sim.base_url().starts_with("http://127.0.0.1:"));
+//!     assert_eq!(sim.stats().running, 0);
+//!     sim.shutdown().await;
+//!     Ok::<_, bench_sim::SimError>(())
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod body;
+mod cache;
+mod config;
+mod engine;
+mod error;
+mod metrics;
+mod openai;
+mod reqlog;
+mod server;
+mod tokens;
+
+pub use config::{Flavor, LatencyMode, SimConfig};
+pub use error::SimError;
+pub use server::{SimServer, SimStats};

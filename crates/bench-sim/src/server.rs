@@ -1,0 +1,815 @@
+//! The HTTP server: accept loop, routing, chat completions and the other endpoints.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::body::SimBody;
+use crate::cache::Alloc;
+use crate::config::{LatencyMode, SimConfig};
+use crate::engine::{EngineEvent, Job, Shared, State, run_engine, wait_shutdown};
+use crate::error::SimError;
+use crate::metrics;
+use crate::openai::{ChatRequest, ChunkFormat, Usage, completion_json, error_json, render_prompt};
+use crate::reqlog::{LogLine, RequestLog};
+use crate::tokens::{Counted, TokenCounter, WORDS};
+
+/// How long connections may take to finish their responses at shutdown before they are closed.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Largest request body accepted.
+const MAX_BODY_BYTES: usize = 64 << 20;
+/// A streamed response sends a frame once this many bytes are ready (instant mode).
+const FRAME_BYTES: usize = 32 << 10;
+
+/// A snapshot of the simulator's counters and gauges (see [`SimServer::stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SimStats {
+    /// Chat-completion requests received (including rejected ones).
+    pub requests_total: u64,
+    /// Requests running (admitted, generating).
+    pub running: u64,
+    /// Requests waiting for admission (`Model` mode only).
+    pub waiting: u64,
+    /// Prompt tokens of admitted requests.
+    pub prompt_tokens_total: u64,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens_total: u64,
+    /// Completion tokens generated (including those of aborted requests).
+    pub completion_tokens_total: u64,
+    /// Requests that finished normally (`stop` or `length`).
+    pub finished_total: u64,
+    /// Requests aborted (client gone or server shutting down).
+    pub aborted_total: u64,
+    /// Requests rejected with an error status.
+    pub errors_total: u64,
+    /// KV blocks held by running requests.
+    pub kv_used_blocks: u64,
+    /// KV blocks holding evictable cached prefixes.
+    pub kv_cached_blocks: u64,
+    /// KV blocks neither held nor cached.
+    pub kv_free_blocks: u64,
+    /// KV blocks in the pool.
+    pub kv_total_blocks: u64,
+    /// Cached blocks evicted to make room, since start.
+    pub evicted_blocks_total: u64,
+}
+
+/// A running simulator; see the [crate docs](crate).
+#[derive(Debug)]
+pub struct SimServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown_tx: watch::Sender<bool>,
+    accept: JoinHandle<()>,
+    engine: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimServer {
+    /// Binds `config.bind` and starts serving (and, in [`LatencyMode::Model`], the engine).
+    ///
+    /// Must be called within a tokio runtime with the time and I/O drivers enabled.
+    pub async fn start(config: SimConfig) -> Result<SimServer, SimError> {
+        if config.block_size == 0 {
+            return Err(SimError::Config("block_size must be at least 1".to_owned()));
+        }
+        if config.max_model_len == 0 {
+            return Err(SimError::Config(
+                "max_model_len must be at least 1".to_owned(),
+            ));
+        }
+        let worker_id = match &config.worker_id {
+            Some(id) => Some(HeaderValue::from_str(id).map_err(|_| {
+                SimError::Config(format!("worker id {id:?} is not a valid header value"))
+            })?),
+            None => None,
+        };
+        let counter = TokenCounter::load(config.tokenizer.as_deref())?;
+        let log = match &config.request_log {
+            Some(path) => Some(RequestLog::open(path)?),
+            None => None,
+        };
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .map_err(|source| SimError::Bind {
+                addr: config.bind,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+        let start_unix_s = unix_now_s();
+        let models_json = Bytes::from(
+            serde_json::json!({
+                "object": "list",
+                "data": [{
+                    "id": config.model,
+                    "object": "model",
+                    "created": start_unix_s,
+                    "owned_by": "bench-sim",
+                    "root": config.model,
+                    "max_model_len": config.max_model_len,
+                    "token_counter": counter.describe(),
+                }],
+            })
+            .to_string(),
+        );
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            state: std::sync::Mutex::new(State::new(&config)),
+            config,
+            start: Instant::now(),
+            counter,
+            log,
+            worker_id,
+            models_json,
+            work: Notify::new(),
+            idle: Notify::new(),
+            next_request: std::sync::atomic::AtomicU64::new(0),
+            shutdown: shutdown_rx,
+        });
+        let engine = matches!(shared.config.mode, LatencyMode::Model)
+            .then(|| tokio::spawn(run_engine(Arc::clone(&shared))));
+        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
+        tracing::debug!(%addr, "simulator listening");
+        Ok(SimServer {
+            addr,
+            shared,
+            shutdown_tx,
+            accept,
+            engine,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://IP:PORT` of the bound address.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The configuration the server runs with.
+    pub fn config(&self) -> &SimConfig {
+        &self.shared.config
+    }
+
+    /// A snapshot of counters and gauges.
+    pub fn stats(&self) -> SimStats {
+        let st = self.shared.lock();
+        let g = st.gauges();
+        let c = &st.counters;
+        SimStats {
+            requests_total: c.requests_total,
+            running: g.running,
+            waiting: g.waiting,
+            prompt_tokens_total: c.prompt_tokens_total,
+            cached_tokens_total: c.cached_tokens_total,
+            completion_tokens_total: c.completion_tokens_total,
+            finished_total: c.finished_stop + c.finished_length,
+            aborted_total: c.aborted_total,
+            errors_total: c.errors_total,
+            kv_used_blocks: g.used_blocks,
+            kv_cached_blocks: g.evictable_blocks,
+            kv_free_blocks: g.free_blocks,
+            kv_total_blocks: g.total_blocks,
+            evicted_blocks_total: g.evicted_blocks_total,
+        }
+    }
+
+    /// Stops accepting, ends in-flight streams (their requests count as aborted), closes every
+    /// connection (idle keep-alive ones at once, busy ones after at most a short grace period),
+    /// stops the engine and returns once every request-log line is written.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown_tx.send(true);
+        if let Some(engine) = self.engine {
+            let _ = engine.await;
+        }
+        let _ = self.accept.await;
+        let deadline = Instant::now() + SHUTDOWN_GRACE;
+        loop {
+            let idle = self.shared.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.shared.lock().inflight == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                tracing::warn!("simulator shut down with requests still in flight");
+                break;
+            }
+        }
+    }
+}
+
+fn unix_now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.clone();
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    conns.spawn(serve_connection(stream, Arc::clone(&shared)));
+                }
+                Err(e) => {
+                    // E.g. too many open files: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            () = wait_shutdown(&mut shutdown) => break,
+        }
+    }
+    drop(listener);
+    let drain = async { while conns.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
+        conns.abort_all();
+        while conns.join_next().await.is_some() {}
+    }
+}
+
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let mut shutdown = shared.shutdown.clone();
+    let svc = service_fn(move |req| {
+        let shared = Arc::clone(&shared);
+        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+    });
+    let conn = http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        res = conn.as_mut() => {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            return;
+        }
+        () = wait_shutdown(&mut shutdown) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
+}
+
+const ENDPOINTS: [&str; 6] = [
+    "/v1/chat/completions",
+    "/v1/models",
+    "/health",
+    "/metrics",
+    "/flush_cache",
+    "/reset_prefix_cache",
+];
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> {
+    let mut resp = match (req.method(), req.uri().path()) {
+        (&Method::POST, "/v1/chat/completions") => chat(Arc::clone(&shared), req).await,
+        (&Method::GET, "/v1/models") => respond(
+            StatusCode::OK,
+            "application/json",
+            SimBody::full(shared.models_json.clone()),
+        ),
+        (&Method::GET, "/health") => respond(StatusCode::OK, "text/plain", SimBody::empty()),
+        (&Method::GET, "/metrics") => {
+            let text = {
+                let st = shared.lock();
+                metrics::render(
+                    shared.config.flavor,
+                    &shared.config.model,
+                    &st.counters,
+                    &st.gauges(),
+                )
+            };
+            respond(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                SimBody::full(text),
+            )
+        }
+        (&Method::POST, "/flush_cache" | "/reset_prefix_cache") => {
+            let n = shared.lock().blocks.flush();
+            tracing::debug!(blocks = n, "prefix cache flushed");
+            respond(
+                StatusCode::OK,
+                "text/plain",
+                SimBody::full("Cache flushed.\n"),
+            )
+        }
+        (_, path) if ENDPOINTS.contains(&path) => {
+            let mut r = error_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                &format!("method {} not allowed on {path}", req.method()),
+            );
+            let allow = if matches!(path, "/v1/chat/completions" | "/flush_cache" | "/reset_prefix_cache") {
+                "POST"
+            } else {
+                "GET"
+            };
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
+            r
+        }
+        (_, path) => error_response(
+            StatusCode::NOT_FOUND,
+            "NotFoundError",
+            &format!("no route for {path}"),
+        ),
+    };
+    if let Some(id) = &shared.worker_id {
+        resp.headers_mut().insert("x-worker-id", id.clone());
+    }
+    resp
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: SimBody) -> Response<SimBody> {
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type),
+    );
+    r
+}
+
+fn error_response(status: StatusCode, kind: &str, message: &str) -> Response<SimBody> {
+    respond(
+        status,
+        "application/json",
+        SimBody::full(error_json(status.as_u16(), kind, message)),
+    )
+}
+
+/// Tracks one chat request from parsing to its log line; dropping it without [`Self::finish`]
+/// set records the request as aborted. Also releases the blocks of `Fixed`/`Instant` requests.
+struct RequestGuard {
+    shared: Arc<Shared>,
+    recv: Instant,
+    recv_utc: OffsetDateTime,
+    session: Option<String>,
+    stream: bool,
+    turn_index: u32,
+    usage: Usage,
+    status: u16,
+    /// `stop`/`length` when completed, `error` when rejected, `None` while running (aborted).
+    finish: Option<&'static str>,
+    /// Blocks held outside the engine (`Fixed`/`Instant` modes).
+    alloc: Option<Alloc>,
+    first_token_seen: bool,
+}
+
+impl RequestGuard {
+    fn new(shared: Arc<Shared>, recv: Instant, session: Option<String>) -> Self {
+        {
+            let mut st = shared.lock();
+            st.inflight += 1;
+            st.counters.requests_total += 1;
+        }
+        Self {
+            shared,
+            recv,
+            recv_utc: OffsetDateTime::now_utc(),
+            session,
+            stream: false,
+            turn_index: 0,
+            usage: Usage::default(),
+            status: 200,
+            finish: None,
+            alloc: None,
+            first_token_seen: false,
+        }
+    }
+
+    fn reject(mut self, status: StatusCode, kind: &str, message: &str) -> Response<SimBody> {
+        self.status = status.as_u16();
+        self.finish = Some("error");
+        error_response(status, kind, message)
+    }
+
+    fn first_token(&mut self) {
+        if !self.first_token_seen {
+            self.first_token_seen = true;
+            let ttft_s = self.recv.elapsed().as_secs_f64();
+            self.shared.lock().counters.ttft_s.observe(ttft_s);
+        }
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        let e2e_s = self.recv.elapsed().as_secs_f64();
+        let finish = self.finish.unwrap_or("aborted");
+        {
+            let mut st = self.shared.lock();
+            if let Some(alloc) = self.alloc.take() {
+                st.blocks.release(alloc);
+                st.direct_running = st.direct_running.saturating_sub(1);
+            }
+            let c = &mut st.counters;
+            c.completion_tokens_total += u64::from(self.usage.completion_tokens);
+            match finish {
+                "stop" => c.finished_stop += 1,
+                "length" => c.finished_length += 1,
+                "error" => c.errors_total += 1,
+                _ => c.aborted_total += 1,
+            }
+            if matches!(finish, "stop" | "length") {
+                c.e2e_s.observe(e2e_s);
+            }
+        }
+        if let Some(log) = &self.shared.log {
+            let recv_utc = self.recv_utc.format(&Rfc3339).unwrap_or_default();
+            let recv_ms = self
+                .recv
+                .saturating_duration_since(self.shared.start)
+                .as_secs_f64()
+                * 1000.0;
+            log.write(&LogLine {
+                recv_utc: &recv_utc,
+                recv_ms: (recv_ms * 1000.0).round() / 1000.0,
+                session: self.session.as_deref(),
+                turn_index: self.turn_index,
+                prompt_tokens: self.usage.prompt_tokens,
+                cached_tokens: self.usage.cached_tokens,
+                completion_tokens: self.usage.completion_tokens,
+                status: self.status,
+                stream: self.stream,
+                finish,
+            });
+        }
+        let mut st = self.shared.lock();
+        st.inflight = st.inflight.saturating_sub(1);
+        if st.inflight == 0 {
+            self.shared.idle.notify_waiters();
+        }
+    }
+}
+
+/// Where a request's tokens come from.
+enum Source {
+    /// The step loop.
+    Engine(mpsc::UnboundedReceiver<EngineEvent>),
+    /// Own timer: token `i` (0-based) is due at `first_at + i × itl`.
+    Fixed { first_at: Instant, itl: Duration },
+    /// All at once.
+    Instant,
+}
+
+async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> {
+    let recv = Instant::now();
+    let cfg = &shared.config;
+    let session = req
+        .headers()
+        .get(cfg.session_header.as_str())
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await;
+    let mut guard = RequestGuard::new(Arc::clone(&shared), recv, session);
+    let body = match body {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return guard.reject(
+                StatusCode::BAD_REQUEST,
+                "BadRequestError",
+                &format!("cannot read request body: {e}"),
+            );
+        }
+    };
+    let parsed: ChatRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return guard.reject(
+                StatusCode::BAD_REQUEST,
+                "BadRequestError",
+                &format!("invalid request: {e}"),
+            );
+        }
+    };
+    guard.stream = parsed.stream.unwrap_or(false);
+    guard.turn_index = parsed.turn_index();
+    if parsed.messages.is_empty() {
+        return guard.reject(
+            StatusCode::BAD_REQUEST,
+            "BadRequestError",
+            "messages must not be empty",
+        );
+    }
+    let text = render_prompt(&parsed.messages);
+    let counted = if shared.counter.is_tokenizer() {
+        let sh = Arc::clone(&shared);
+        let bs = cfg.block_size;
+        tokio::task::spawn_blocking(move || sh.counter.count(&text, bs))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
+    } else {
+        shared.counter.count(&text, cfg.block_size)
+    };
+    let Counted {
+        tokens: prompt_tokens,
+        keys,
+    } = match counted {
+        Ok(c) => c,
+        Err(e) => {
+            return guard.reject(
+                StatusCode::BAD_REQUEST,
+                "BadRequestError",
+                &format!("cannot tokenize prompt: {e}"),
+            );
+        }
+    };
+    guard.usage.prompt_tokens = prompt_tokens;
+    let room = cfg.max_model_len.saturating_sub(prompt_tokens);
+    let max_out = match parsed.max_out() {
+        Some(n) if n < 1 => {
+            return guard.reject(
+                StatusCode::BAD_REQUEST,
+                "BadRequestError",
+                &format!("max_tokens must be at least 1, got {n}"),
+            );
+        }
+        Some(n) => u32::try_from(n).unwrap_or(u32::MAX),
+        None => cfg.default_max_tokens.min(room).max(1),
+    };
+    let requested = u64::from(prompt_tokens) + u64::from(max_out);
+    if requested > u64::from(cfg.max_model_len) {
+        return guard.reject(
+            StatusCode::BAD_REQUEST,
+            "BadRequestError",
+            &format!(
+                "This model's maximum context length is {} tokens. However, you requested \
+                 {requested} tokens ({prompt_tokens} in the messages, {max_out} in the \
+                 completion). Please reduce the length of the messages or completion.",
+                cfg.max_model_len
+            ),
+        );
+    }
+
+    let req_no = shared.next_request.fetch_add(1, Ordering::Relaxed);
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ req_no);
+    let (out_len, finish) = if parsed.ignore_eos.unwrap_or(false) {
+        (max_out, "length")
+    } else {
+        let stop_at = rng.random_range(1..=max_out);
+        if stop_at < max_out {
+            (stop_at, "stop")
+        } else {
+            (max_out, "length")
+        }
+    };
+    let id = format!("chatcmpl-{:016x}{:016x}", rng.random::<u64>(), rng.random::<u64>());
+    let need_blocks = requested.div_ceil(u64::from(cfg.block_size));
+    let source = match cfg.mode {
+        LatencyMode::Model => {
+            let (events, rx) = mpsc::unbounded_channel();
+            shared.lock().waiting.push_back(Job {
+                keys,
+                prompt_tokens,
+                need_blocks,
+                out_len,
+                events,
+            });
+            shared.work.notify_one();
+            Source::Engine(rx)
+        }
+        mode => {
+            let mut st = shared.lock();
+            if let Some((alloc, cached)) = st.admit(&keys, prompt_tokens, need_blocks, true) {
+                guard.alloc = Some(alloc);
+                guard.usage.cached_tokens = cached;
+                st.direct_running += 1;
+            }
+            match mode {
+                LatencyMode::Fixed { ttft, itl } => Source::Fixed {
+                    first_at: recv + ttft.mul_f64(cfg.scale()),
+                    itl: itl.mul_f64(cfg.scale()),
+                },
+                _ => Source::Instant,
+            }
+        }
+    };
+    let model = parsed.model.as_deref().unwrap_or(&cfg.model);
+    let created = unix_now_s();
+    let stream = guard.stream;
+    let include_usage = parsed
+        .stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false);
+    let mut generator = Generator {
+        fmt: ChunkFormat::new(&id, created, model, cfg.flavor),
+        guard,
+        rng,
+        out_len,
+        finish,
+        include_usage,
+        buf: BytesMut::new(),
+        text: String::new(),
+        tx: None,
+        shutdown: shared.shutdown.clone(),
+    };
+    if stream {
+        let (tx, rx) = mpsc::channel(8);
+        generator.tx = Some(tx);
+        generator.buf.reserve(FRAME_BYTES + 1024);
+        tokio::spawn(async move {
+            generator.run(source).await;
+        });
+        let mut r = respond(
+            StatusCode::OK,
+            "text/event-stream",
+            SimBody::Channel(rx),
+        );
+        r.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        r
+    } else {
+        if !generator.run(source).await {
+            generator.guard.status = StatusCode::SERVICE_UNAVAILABLE.as_u16();
+            return error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailableError",
+                "the request was aborted",
+            );
+        }
+        let usage = generator.guard.usage;
+        let body = completion_json(
+            &id,
+            created,
+            model,
+            &generator.text,
+            finish,
+            usage,
+            cfg.flavor,
+        );
+        respond(StatusCode::OK, "application/json", SimBody::full(body))
+    }
+}
+
+/// Produces one request's tokens and writes them as SSE events (or collects the text).
+struct Generator {
+    fmt: ChunkFormat,
+    guard: RequestGuard,
+    rng: ChaCha8Rng,
+    out_len: u32,
+    finish: &'static str,
+    include_usage: bool,
+    /// Pending SSE bytes (streaming).
+    buf: BytesMut,
+    /// Collected text (non-streaming).
+    text: String,
+    /// Body channel (streaming).
+    tx: Option<mpsc::Sender<Bytes>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Generator {
+    fn done(&self) -> bool {
+        self.guard.usage.completion_tokens >= self.out_len
+    }
+
+    fn token(&mut self) {
+        let first = self.guard.usage.completion_tokens == 0;
+        if first {
+            self.guard.first_token();
+            if self.tx.is_some() {
+                self.fmt.role(&mut self.buf);
+            }
+        }
+        let word = WORDS[self.rng.random_range(0..WORDS.len())];
+        self.guard.usage.completion_tokens += 1;
+        if self.tx.is_some() {
+            let fin = self.done().then_some(self.finish);
+            self.fmt.token(&mut self.buf, word, fin);
+        } else {
+            self.text.push_str(word);
+        }
+    }
+
+    fn on_event(&mut self, ev: EngineEvent) {
+        if let EngineEvent::First { cached_tokens } = ev {
+            self.guard.usage.cached_tokens = cached_tokens;
+        }
+        self.token();
+    }
+
+    /// Sends the pending bytes as one frame; `false` when the client or the server is gone.
+    async fn flush(&mut self) -> bool {
+        let Some(tx) = &self.tx else {
+            return true;
+        };
+        if self.buf.is_empty() {
+            return true;
+        }
+        let frame = self.buf.split().freeze();
+        tokio::select! {
+            sent = tx.send(frame) => sent.is_ok(),
+            () = wait_shutdown(&mut self.shutdown) => false,
+        }
+    }
+
+    /// Runs to completion; `false` when aborted (client gone, server shutting down).
+    async fn run(&mut self, source: Source) -> bool {
+        let tx = self.tx.clone();
+        let closed = async move {
+            match tx {
+                Some(tx) => tx.closed().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(closed);
+        match source {
+            Source::Engine(mut rx) => {
+                while !self.done() {
+                    let ev = tokio::select! {
+                        biased;
+                        ev = rx.recv() => ev,
+                        () = &mut closed => None,
+                    };
+                    let Some(ev) = ev else {
+                        return false;
+                    };
+                    self.on_event(ev);
+                    while !self.done() {
+                        match rx.try_recv() {
+                            Ok(ev) => self.on_event(ev),
+                            Err(_) => break,
+                        }
+                    }
+                    if !self.done() && !self.flush().await {
+                        return false;
+                    }
+                }
+            }
+            Source::Fixed { first_at, itl } => {
+                let mut shutdown = self.shutdown.clone();
+                while !self.done() {
+                    let due = first_at + itl * self.guard.usage.completion_tokens;
+                    tokio::select! {
+                        () = tokio::time::sleep_until(due) => {}
+                        () = &mut closed => return false,
+                        () = wait_shutdown(&mut shutdown) => return false,
+                    }
+                    self.token();
+                    if !self.done() && !self.flush().await {
+                        return false;
+                    }
+                }
+            }
+            Source::Instant => {
+                while !self.done() {
+                    self.token();
+                    if self.buf.len() >= FRAME_BYTES && !self.flush().await {
+                        return false;
+                    }
+                }
+            }
+        }
+        if self.tx.is_some() {
+            if self.include_usage {
+                self.fmt.usage(&mut self.buf, self.guard.usage);
+            }
+            ChunkFormat::done(&mut self.buf);
+        }
+        self.guard.finish = Some(self.finish);
+        // All tokens were produced: the request counts as finished even if this last write fails.
+        self.flush().await;
+        true
+    }
+}
