@@ -1,1 +1,32 @@
-fn main(){}
+//! `cargo xtask`: project automation (matklad's convention). One module per task.
+//!
+//! * `cargo xtask ci` — the checks `.ci/run` runs: fmt, clippy, docs, tests, the README's main
+//!   command.
+
+mod ci;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci::run(),
+        Some("-h" | "--help") | None => {
+            println!(
+                "usage: cargo xtask <task>\n\ntasks:\n  ci    fmt, clippy, docs, tests and the README's main command"
+            );
+            Ok(())
+        }
+        Some(other) => {
+            eprintln!("xtask: unknown task {other:?} (known: ci)");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

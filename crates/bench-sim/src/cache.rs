@@ -220,6 +220,7 @@ impl BlockManager {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -292,7 +293,11 @@ mod tests {
         let x = m.admit(&c, 6, false).unwrap();
         assert_eq!(m.evicted_total(), 2);
         assert_eq!(m.cached_prefix_blocks(&a), 3);
-        assert_eq!(m.cached_prefix_blocks(&b), 1, "b's head survives, its tail went first");
+        assert_eq!(
+            m.cached_prefix_blocks(&b),
+            1,
+            "b's head survives, its tail went first"
+        );
         m.release(x);
     }
 

@@ -11,8 +11,8 @@ const VLLM_TTFT: &[f64] = &[
 ];
 /// vLLM v1 `request_latency_buckets`.
 const VLLM_E2E: &[f64] = &[
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-    240.0, 480.0, 960.0, 1920.0, 7680.0,
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
 ];
 /// SGLang TTFT buckets (as in the docs capture).
 const SGLANG_TTFT: &[f64] = &[
@@ -56,7 +56,11 @@ impl Histogram {
         let mut cum = 0u64;
         for (b, c) in self.bounds.iter().zip(&self.counts) {
             cum += c;
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b:?}\",{labels}}} {:?}", cum as f64);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{b:?}\",{labels}}} {:?}",
+                cum as f64
+            );
         }
         let _ = writeln!(
             out,
@@ -158,7 +162,11 @@ pub(crate) fn render(flavor: Flavor, model: &str, c: &Counters, g: &Gauges) -> S
                 s: String::with_capacity(8192),
                 labels: &labels,
             };
-            o.head("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+            o.head(
+                "vllm:cache_config_info",
+                "gauge",
+                "Information of the LLMEngine CacheConfig",
+            );
             let _ = writeln!(
                 o.s,
                 "vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"auto\",\
@@ -347,6 +355,7 @@ pub(crate) fn render(flavor: Flavor, model: &str, c: &Counters, g: &Gauges) -> S
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -366,7 +375,10 @@ mod tests {
     fn lines_are_well_formed(text: &str) {
         for line in text.lines() {
             if line.starts_with('#') {
-                assert!(line.starts_with("# HELP ") || line.starts_with("# TYPE "), "{line}");
+                assert!(
+                    line.starts_with("# HELP ") || line.starts_with("# TYPE "),
+                    "{line}"
+                );
                 continue;
             }
             let (series, value) = line.rsplit_once(' ').unwrap_or_default();

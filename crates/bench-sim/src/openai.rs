@@ -57,7 +57,11 @@ pub(crate) struct Part {
 impl ChatRequest {
     /// Number of assistant messages (the turn index of a multi-turn conversation).
     pub(crate) fn turn_index(&self) -> u32 {
-        let n = self.messages.iter().filter(|m| m.role == "assistant").count();
+        let n = self
+            .messages
+            .iter()
+            .filter(|m| m.role == "assistant")
+            .count();
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 

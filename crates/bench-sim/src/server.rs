@@ -338,7 +338,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody
                 "MethodNotAllowed",
                 &format!("method {} not allowed on {path}", req.method()),
             );
-            let allow = if matches!(path, "/v1/chat/completions" | "/flush_cache" | "/reset_prefix_cache") {
+            let allow = if matches!(
+                path,
+                "/v1/chat/completions" | "/flush_cache" | "/reset_prefix_cache"
+            ) {
                 "POST"
             } else {
                 "GET"
@@ -362,10 +365,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody
 fn respond(status: StatusCode, content_type: &'static str, body: SimBody) -> Response<SimBody> {
     let mut r = Response::new(body);
     *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(content_type),
-    );
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
 }
 
@@ -500,7 +501,9 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> 
         .get(cfg.session_header.as_str())
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let body = Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await;
+    let body = Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await;
     let mut guard = RequestGuard::new(Arc::clone(&shared), recv, session);
     let body = match body {
         Ok(b) => b.to_bytes(),
@@ -593,7 +596,11 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> 
             (max_out, "length")
         }
     };
-    let id = format!("chatcmpl-{:016x}{:016x}", rng.random::<u64>(), rng.random::<u64>());
+    let id = format!(
+        "chatcmpl-{:016x}{:016x}",
+        rng.random::<u64>(),
+        rng.random::<u64>()
+    );
     let need_blocks = requested.div_ceil(u64::from(cfg.block_size));
     let source = match cfg.mode {
         LatencyMode::Model => {
@@ -651,11 +658,7 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> 
         tokio::spawn(async move {
             generator.run(source).await;
         });
-        let mut r = respond(
-            StatusCode::OK,
-            "text/event-stream",
-            SimBody::Channel(rx),
-        );
+        let mut r = respond(StatusCode::OK, "text/event-stream", SimBody::Channel(rx));
         r.headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         r

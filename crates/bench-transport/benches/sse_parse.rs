@@ -12,7 +12,17 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 /// A 1,024-token streamed answer shaped like vLLM's output.
 fn realistic_stream() -> Vec<u8> {
-    let words = ["the", " model", " answers", " with", " tokens", ",", " \"quoted\"", " über", "\n"];
+    let words = [
+        "the",
+        " model",
+        " answers",
+        " with",
+        " tokens",
+        ",",
+        " \"quoted\"",
+        " über",
+        "\n",
+    ];
     let mut s = String::new();
     let head = r#"{"id":"chatcmpl-b2c1e0f4a9d84e5f8c1d2e3f4a5b6c7d","object":"chat.completion.chunk","created":1767225600,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":"#;
     s.push_str(&format!("data: {head}{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"));
@@ -22,7 +32,9 @@ fn realistic_stream() -> Vec<u8> {
             "data: {head}{{\"content\":{w}}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
         ));
     }
-    s.push_str(&format!("data: {head}{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}]}}\n\n"));
+    s.push_str(&format!(
+        "data: {head}{{}},\"logprobs\":null,\"finish_reason\":\"length\"}}]}}\n\n"
+    ));
     s.push_str("data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":4000,\"total_tokens\":5024,\"completion_tokens\":1024,\"prompt_tokens_details\":{\"cached_tokens\":3968}}}\n\n");
     s.push_str("data: [DONE]\n\n");
     s.into_bytes()

@@ -629,6 +629,20 @@ struct TrackedStream {
     reading: bool,
 }
 
+impl TrackedStream {
+    /// Called before bytes are written: the first write after a read starts a new request.
+    fn note_write(&mut self) {
+        if self.reading {
+            self.reading = false;
+            let read = self.stats.bytes_read.load(Ordering::Acquire);
+            self.stats
+                .read_at_request_start
+                .store(read, Ordering::Release);
+            self.stats.requests_started.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
 impl AsyncRead for TrackedStream {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -652,13 +666,8 @@ impl AsyncWrite for TrackedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        if self.reading && !buf.is_empty() {
-            self.reading = false;
-            let read = self.stats.bytes_read.load(Ordering::Acquire);
-            self.stats
-                .read_at_request_start
-                .store(read, Ordering::Release);
-            self.stats.requests_started.fetch_add(1, Ordering::AcqRel);
+        if !buf.is_empty() {
+            self.note_write();
         }
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
@@ -668,13 +677,8 @@ impl AsyncWrite for TrackedStream {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        if self.reading && bufs.iter().any(|b| !b.is_empty()) {
-            self.reading = false;
-            let read = self.stats.bytes_read.load(Ordering::Acquire);
-            self.stats
-                .read_at_request_start
-                .store(read, Ordering::Release);
-            self.stats.requests_started.fetch_add(1, Ordering::AcqRel);
+        if bufs.iter().any(|b| !b.is_empty()) {
+            self.note_write();
         }
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }

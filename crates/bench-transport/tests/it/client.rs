@@ -131,7 +131,10 @@ async fn keep_alive_connections_are_reused() {
     .await;
     let c = client(addr);
     for _ in 0..5 {
-        let out = c.chat(&request(), &RequestOptions::default()).await.unwrap();
+        let out = c
+            .chat(&request(), &RequestOptions::default())
+            .await
+            .unwrap();
         assert_eq!(out.completion_tokens(), Some(2));
         assert!(out.tpot().is_some());
     }
@@ -153,7 +156,10 @@ async fn a_fresh_connection_closed_without_answer_is_a_real_error() {
     })
     .await;
     let c = client(addr);
-    let e = c.chat(&request(), &RequestOptions::default()).await.unwrap_err();
+    let e = c
+        .chat(&request(), &RequestOptions::default())
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     assert_eq!(attempts.load(Ordering::SeqCst), 1, "must not be re-sent");
     assert_eq!(c.redials(), 0);
@@ -192,7 +198,8 @@ async fn reset_mid_stream_is_an_io_error() {
         s.write_all(head.as_bytes()).await.unwrap();
         s.write_all(chunk.as_bytes()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
-        s.set_linger(Some(Duration::ZERO)).unwrap(); // RST on drop
+        // RST on drop (SO_LINGER 0), as a crashing server would.
+        socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO)).unwrap();
     })
     .await;
     let e = client(addr)
@@ -207,7 +214,9 @@ async fn reset_mid_stream_is_an_io_error() {
 async fn garbage_instead_of_http_or_sse() {
     let addr = serve(|mut s, _| async move {
         read_request(&mut s).await;
-        s.write_all(b"\x00\x01garbage garbage\r\n\r\n").await.unwrap();
+        s.write_all(b"\x00\x01garbage garbage\r\n\r\n")
+            .await
+            .unwrap();
     })
     .await;
     let e = client(addr)
@@ -284,7 +293,10 @@ async fn auth_and_extra_headers_are_sent() {
     };
     c.chat(&request(), &opts).await.unwrap();
     let head = rx.recv().await.unwrap().to_ascii_lowercase();
-    assert!(head.starts_with("post /v1/chat/completions http/1.1"), "{head}");
+    assert!(
+        head.starts_with("post /v1/chat/completions http/1.1"),
+        "{head}"
+    );
     assert!(head.contains("authorization: bearer sk-test"), "{head}");
     assert!(head.contains("x-team: infra"), "{head}");
     assert!(head.contains("x-session-id: s1"), "{head}");
