@@ -6,16 +6,21 @@
 //! Errors are typed ([`Error`], [`ErrorKind`]): connect, timeout, HTTP status (with the first
 //! 200 bytes of the body), I/O, malformed SSE or JSON, a stream that ended before `[DONE]`.
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), bench_transport::Error> {
+//! ```
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use bench_transport::{ChatMessage, ChatRequest, Client, ClientConfig, RequestOptions, Role};
 //!
-//! let client = Client::new(ClientConfig::new("http://127.0.0.1:8000"))?;
-//! let mut req = ChatRequest::new("my-model", vec![ChatMessage::new(Role::User, "Hello")]);
-//! req.pin_output(32, false); // max_completion_tokens = 32, ignore_eos = true
+//! // Any OpenAI-compatible server; here the embedded simulator on a free loopback port.
+//! let sim = bench_sim::SimServer::start(bench_sim::SimConfig::default()).await?;
+//! let client = Client::new(ClientConfig::new(sim.base_url()))?;
+//! let mut req = ChatRequest::new("bench-sim", vec![ChatMessage::new(Role::User, "Hello")]);
+//! req.pin_output(8, false); // max_completion_tokens = 8, ignore_eos = true
 //! let turn = client.chat(&req, &RequestOptions::default()).await?;
+//! assert_eq!(turn.completion_tokens(), Some(8));
 //! println!("ttft {:?}, tpot {:?}, usage {:?}", turn.ttft, turn.tpot(), turn.usage);
+//! sim.shutdown().await;
 //! # Ok(()) }
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
 //!
 //! Timestamps are taken when body bytes arrive, before any parsing; event data is borrowed from

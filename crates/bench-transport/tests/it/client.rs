@@ -301,3 +301,27 @@ async fn auth_and_extra_headers_are_sent() {
     assert!(head.contains("x-team: infra"), "{head}");
     assert!(head.contains("x-session-id: s1"), "{head}");
 }
+
+#[tokio::test]
+async fn error_responses_keep_the_connection() {
+    let addr = serve(|mut s, _| async move {
+        while read_request(&mut s).await.is_some() {
+            let body = "{\"error\":{\"message\":\"overloaded\"}}";
+            let resp = format!(
+                "HTTP/1.1 503 Service Unavailable\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            s.write_all(resp.as_bytes()).await.unwrap();
+        }
+    })
+    .await;
+    let c = client(addr);
+    for _ in 0..3 {
+        let e = c
+            .chat(&request(), &RequestOptions::default())
+            .await
+            .unwrap_err();
+        assert_eq!(e.status().map(|s| s.as_u16()), Some(503));
+    }
+    assert_eq!(c.connections_opened(), 1);
+}

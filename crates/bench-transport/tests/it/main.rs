@@ -10,3 +10,5 @@ use std::path::PathBuf;
 pub fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
 }
+
+mod against_sim;
