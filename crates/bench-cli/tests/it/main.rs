@@ -8,6 +8,14 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+/// Tests of this binary that measure time run one at a time: two cores shared by parallel
+/// tests (each starting processes and servers) would otherwise measure each other.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub fn bench() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
     c.env_remove("OPENAI_API_KEY")

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bench_sim::SimConfig;
 use serde_json::Value;
 
-use crate::{bench, run, scripted_server, spawn_sim};
+use crate::{bench, run, scripted_server, serial, spawn_sim};
 
 fn json_of(out: &std::process::Output) -> Value {
     assert!(
@@ -27,6 +27,7 @@ fn f(v: &Value, k: &str) -> f64 {
 
 #[test]
 fn probe_without_server_agrees_with_the_simulator_model() {
+    let _serial = serial();
     let v = json_of(&run(&["probe", "--json", "--max-tokens", "32"]));
     for key in [
         "ttft_ms",
@@ -69,27 +70,36 @@ fn probe_without_server_agrees_with_the_simulator_model() {
 
 #[test]
 fn fixed_mode_simulator_probed_twice() {
+    let _serial = serial();
     let (mut sim, url) = spawn_sim(&["--ttft-ms", "50", "--itl-ms", "10"]);
-    let first = json_of(&run(&["probe", "--base-url", &url, "--json"]));
-    let second = json_of(&run(&["probe", "--base-url", &url, "--json"]));
-    for v in [&first, &second] {
+    let probes: Vec<Value> = (0..3)
+        .map(|_| json_of(&run(&["probe", "--base-url", &url, "--json"])))
+        .collect();
+    for v in &probes {
         assert_eq!(v["embedded"], false);
         assert_eq!(v["completion_tokens"], 32);
-        let ttft = f(v, "ttft_ms");
-        let tpot = f(v, "tpot_ms");
-        assert!(
-            (45.0..=55.0).contains(&ttft),
-            "ttft {ttft} not within 10% of 50"
-        );
-        assert!(
-            (9.0..=11.0).contains(&tpot),
-            "tpot {tpot} not within 10% of 10"
-        );
     }
-    assert_eq!(first["cached_tokens"], 0);
+    // Each probe reports its own figures; the median of three keeps a scheduling hiccup of the
+    // shared CI machine from deciding the check.
+    let median = |k: &str| {
+        let mut xs: Vec<f64> = probes.iter().map(|v| f(v, k)).collect();
+        xs.sort_by(f64::total_cmp);
+        xs[1]
+    };
+    let (ttft, tpot) = (median("ttft_ms"), median("tpot_ms"));
     assert!(
-        second["cached_tokens"].as_u64().unwrap() > 0,
-        "second identical probe hits the prefix cache: {second}"
+        (45.0..=55.0).contains(&ttft),
+        "ttft {ttft} not within 10% of 50: {probes:?}"
+    );
+    assert!(
+        (9.0..=11.0).contains(&tpot),
+        "tpot {tpot} not within 10% of 10: {probes:?}"
+    );
+    assert_eq!(probes[0]["cached_tokens"], 0);
+    assert!(
+        probes[1]["cached_tokens"].as_u64().unwrap() > 0,
+        "second identical probe hits the prefix cache: {}",
+        probes[1]
     );
     // Ctrl-C stops it promptly and cleanly.
     let t = Instant::now();
