@@ -2,8 +2,10 @@
 //!
 //! * `cargo xtask ci` — the checks `.ci/run` runs: fmt, clippy, docs, tests, the README's main
 //!   command.
+//! * `cargo xtask perf [plan]` — performance scenarios; results in `target/perf/`.
 
 mod ci;
+mod perf;
 
 use std::process::ExitCode;
 
@@ -11,14 +13,15 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci::run(),
+        Some("perf") => perf::run(&args[1..]),
         Some("-h" | "--help") | None => {
             println!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci    fmt, clippy, docs, tests and the README's main command"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci            fmt, clippy, docs, tests and the README's main command\n  perf [plan]   performance scenarios (results in target/perf/)"
             );
             Ok(())
         }
         Some(other) => {
-            eprintln!("xtask: unknown task {other:?} (known: ci)");
+            eprintln!("xtask: unknown task {other:?} (known: ci, perf)");
             return ExitCode::from(2);
         }
     };

@@ -1,7 +1,10 @@
 //! The `bench` command line: argument types and the commands they run. `main.rs` only parses,
 //! builds the runtime and maps errors to exit codes.
 //!
-//! Commands: `bench sim` (serve the embedded simulator) and `bench probe` (measure one turn).
+//! Commands: `bench sim` (serve the embedded simulator), `bench probe` (measure one turn),
+//! `bench plan` (build and summarize a workload plan), `bench import` (convert traces).
+
+pub mod workload;
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -39,6 +42,14 @@ pub enum Command {
     /// Exit codes: 0 ok, 1 the request failed (one line: the error kind and detail), 2 bad usage
     /// or input.
     Probe(ProbeArgs),
+    /// Build a workload plan from a dataset and summarize it: sessions, turns, tokens, peak
+    /// context, system prompt, tool waits and an estimate of wall time.
+    ///
+    /// Exit codes: 0 ok, 2 bad input (one line: `FILE:LINE: what is wrong`) or flags.
+    Plan(workload::PlanCmd),
+    /// Convert traces (lmcache, mooncake, sharegpt, openai-messages, swe-agent) into the native
+    /// session format (.jsonl or .jsonl.zst).
+    Import(workload::ImportCmd),
 }
 
 /// Metric vocabulary of the simulator's /metrics.
@@ -272,7 +283,7 @@ impl std::fmt::Display for CliError {
     }
 }
 
-fn out(text: &str) -> Result<(), CliError> {
+pub(crate) fn out(text: &str) -> Result<(), CliError> {
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())

@@ -1,0 +1,306 @@
+//! `bench plan` and `bench import`.
+
+use std::path::PathBuf;
+
+use bench_workload::PlanError;
+use bench_workload::import::{ImportFormat, ImportOptions};
+use bench_workload::plan::{
+    DatasetSpec, GapPolicy, OutputPolicy, PlanConfig, PlanSummary, SyntheticSpec, build_plan,
+};
+use bench_workload::tokenize::TokenizerSpec;
+use bench_workload::write::SessionWriter;
+use clap::Args;
+
+use crate::{CliError, out};
+
+/// Dataset selection and shaping flags (shared by `bench plan` and, later, `bench run`).
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// Sessions: `sample` (the bundled sample), `random` (synthetic, see --turns ...), or a
+    /// native trace: a .jsonl / .jsonl.zst / .json file or a directory of them.
+    #[arg(long, default_value = "sample", value_name = "sample|random|PATH")]
+    pub dataset: String,
+    /// Token counter: `qwen3` (embedded), `none` (~4 characters per token), or a
+    /// tokenizer.json / model directory.
+    #[arg(long, default_value = "qwen3", value_name = "qwen3|none|PATH")]
+    pub tokenizer: String,
+    /// Keep sessions with at least this many turns.
+    #[arg(long)]
+    pub min_turns: Option<u32>,
+    /// Cut sessions to at most this many turns (never pads).
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Lower bound of the peak-context band, tokens.
+    #[arg(long)]
+    pub min_context: Option<u64>,
+    /// The model's window, tokens: sessions whose peak context (shared system prompt and
+    /// pinned output included) exceeds it are left out.
+    #[arg(long)]
+    pub max_context: Option<u64>,
+    /// Sessions in the pool [default: 2 × --concurrency].
+    #[arg(long)]
+    pub num_sessions: Option<u32>,
+    /// Concurrent sessions the plan is for.
+    #[arg(short = 'c', long, default_value_t = 32)]
+    pub concurrency: u32,
+    /// Seed of the shuffle and of synthetic text and gaps.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output pinning: `trace` (as recorded), `fixed:K`, or `budget:T` (T per session, split
+    /// evenly over its turns) [default: trace].
+    #[arg(long, value_name = "POLICY")]
+    pub output_policy: Option<String>,
+    /// A shared system prompt of exactly this many tokens, prepended to every session.
+    #[arg(long)]
+    pub system_prompt_tokens: Option<u32>,
+    /// Tool waits are capped at this many ms.
+    #[arg(long, default_value_t = 30_000.0)]
+    pub gap_cap_ms: f64,
+    /// Take recorded gaps as pure tool waits (do not subtract the recording model's
+    /// generation time).
+    #[arg(long)]
+    pub raw_gaps: bool,
+    /// Count and skip invalid trace records instead of stopping at the first.
+    #[arg(long)]
+    pub skip_invalid: bool,
+    /// Synthetic: turns per session.
+    #[arg(long, default_value_t = SyntheticSpec::default().turns, help_heading = "Synthetic workload (--dataset random)")]
+    pub turns: u32,
+    /// Synthetic: new user tokens per turn.
+    #[arg(long, default_value_t = SyntheticSpec::default().input_increment, help_heading = "Synthetic workload (--dataset random)")]
+    pub input_increment: u32,
+    /// Synthetic: output tokens per turn.
+    #[arg(long, default_value_t = SyntheticSpec::default().output_len, help_heading = "Synthetic workload (--dataset random)")]
+    pub output_len: u32,
+    /// Synthetic: tool wait before each turn after the first: `zero`, `fixed:MS`,
+    /// `uniform:LO,HI`, `exponential:MEAN` (capped by --gap-cap-ms).
+    #[arg(
+        long,
+        default_value = "zero",
+        help_heading = "Synthetic workload (--dataset random)"
+    )]
+    pub gap_policy: String,
+}
+
+impl PlanArgs {
+    /// The plan configuration these flags describe.
+    pub fn to_config(&self) -> Result<PlanConfig, CliError> {
+        let dataset = match self.dataset.as_str() {
+            "sample" => DatasetSpec::Sample,
+            "random" => DatasetSpec::Random(SyntheticSpec {
+                turns: self.turns,
+                input_increment: self.input_increment,
+                output_len: self.output_len,
+                gap: self
+                    .gap_policy
+                    .parse::<GapPolicy>()
+                    .map_err(|e| CliError::Usage(format!("--gap-policy: {e}")))?,
+            }),
+            p => DatasetSpec::Path(PathBuf::from(p)),
+        };
+        let mut cfg = PlanConfig::new(dataset);
+        cfg.tokenizer = self.tokenizer.parse().unwrap_or_default();
+        cfg.min_turns = self.min_turns;
+        cfg.max_turns = self.max_turns;
+        cfg.min_context = self.min_context;
+        cfg.max_context = self.max_context;
+        cfg.num_sessions = self.num_sessions;
+        cfg.concurrency = self.concurrency;
+        cfg.seed = self.seed;
+        cfg.output = match &self.output_policy {
+            Some(p) => Some(
+                p.parse::<OutputPolicy>()
+                    .map_err(|e| CliError::Usage(format!("--output-policy: {e}")))?,
+            ),
+            None => None,
+        };
+        cfg.system_prompt_tokens = self.system_prompt_tokens;
+        cfg.gap_cap_ms = self.gap_cap_ms;
+        cfg.raw_gaps = self.raw_gaps;
+        cfg.skip_invalid = self.skip_invalid;
+        cfg.validate().map_err(plan_error)?;
+        Ok(cfg)
+    }
+}
+
+/// Maps a planning error to an exit code: bad input or flags → 2.
+pub fn plan_error(e: PlanError) -> CliError {
+    CliError::Usage(e.to_string())
+}
+
+/// `bench plan` flags.
+#[derive(Debug, Clone, Args)]
+pub struct PlanCmd {
+    /// Selection flags.
+    #[command(flatten)]
+    pub plan: PlanArgs,
+    /// Print one JSON object (stable keys: sessions, turns, input_tokens, output_tokens,
+    /// system_prompt_tokens, tokenizer, ...).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn human(n: f64) -> String {
+    let a = n.abs();
+    if a >= 1e9 {
+        format!("{:.2}G", n / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.2}M", n / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.1}K", n / 1e3)
+    } else {
+        format!("{n:.0}")
+    }
+}
+
+fn text_summary(s: &PlanSummary) -> String {
+    let mut t = String::new();
+    let opt = |v: Option<u64>| v.map_or("n/a".to_string(), |v| human(v as f64));
+    t.push_str(&format!(
+        "bench plan: {} · tokenizer {}\n",
+        s.dataset, s.tokenizer
+    ));
+    t.push_str(&format!(
+        "  sessions        {} (of {} read; left out: {} empty, {} too few turns, {} outside the context band{})\n",
+        s.sessions,
+        s.sessions_read,
+        s.excluded_empty,
+        s.excluded_min_turns,
+        s.excluded_context_band,
+        if s.skipped_invalid > 0 {
+            format!(", {} invalid skipped", s.skipped_invalid)
+        } else {
+            String::new()
+        }
+    ));
+    if let Some(d) = s.turns_per_session {
+        t.push_str(&format!(
+            "  turns           {} (per session: min {} · p50 {} · p90 {} · max {})\n",
+            s.turns,
+            human(d.min),
+            human(d.p50),
+            human(d.p90),
+            human(d.max)
+        ));
+    }
+    t.push_str(&format!(
+        "  input tokens    {} sent in all prompts ({} new)\n",
+        human(s.input_tokens as f64),
+        human(s.new_input_tokens as f64)
+    ));
+    t.push_str(&format!(
+        "  output tokens   {} pinned\n",
+        human(s.output_tokens as f64)
+    ));
+    t.push_str(&format!(
+        "  recorded        input {} · output {} · cached {}\n",
+        opt(s.recorded_input_tokens),
+        opt(s.recorded_output_tokens),
+        opt(s.recorded_cached_tokens)
+    ));
+    if let Some(sp) = &s.system_prompt {
+        t.push_str(&format!(
+            "  system prompt   {} tokens asked, {} measured\n",
+            sp.target_tokens, sp.actual_tokens
+        ));
+    }
+    if let Some(d) = s.peak_context {
+        t.push_str(&format!(
+            "  peak context    min {} · p50 {} · p90 {} · max {}\n",
+            human(d.min),
+            human(d.p50),
+            human(d.p90),
+            human(d.max)
+        ));
+    }
+    t.push_str(&format!(
+        "  tool waits      {:.0} s in total ({}; {} capped)\n",
+        s.total_tool_wait_s, s.gap_source, s.capped_gaps
+    ));
+    let w = |k: &str| s.est_wall_time_s.get(k).copied().unwrap_or(0.0);
+    t.push_str(&format!(
+        "  est. wall time  {:.0} s at 250 output tok/s · {:.0} s at 1,000 · {:.0} s at 4,000\n",
+        w("250"),
+        w("1000"),
+        w("4000")
+    ));
+    for n in &s.notes {
+        t.push_str(&format!("  note: {n}\n"));
+    }
+    t
+}
+
+/// Runs `bench plan`.
+pub fn run_plan(args: PlanCmd) -> Result<(), CliError> {
+    let cfg = args.plan.to_config()?;
+    if cfg.tokenizer == TokenizerSpec::Chars {
+        eprintln!("bench: warning: no tokenizer: counting ~4 characters per token");
+    }
+    let plan = build_plan(cfg).map_err(plan_error)?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&plan.summary)
+            .map_err(|e| CliError::Failed(format!("cannot encode the summary: {e}")))?;
+        out(&format!("{text}\n"))
+    } else {
+        out(&text_summary(&plan.summary))
+    }
+}
+
+/// `bench import` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ImportCmd {
+    /// Input format: lmcache, mooncake, sharegpt, openai-messages, swe-agent.
+    #[arg(long = "from", value_name = "FORMAT")]
+    pub from: String,
+    /// Input files or directories (.zst-compressed inputs are read transparently).
+    #[arg(required = true, value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    /// Output trace: .jsonl, or .jsonl.zst to compress.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: PathBuf,
+    /// Count and skip invalid records instead of stopping at the first.
+    #[arg(long)]
+    pub skip_invalid: bool,
+}
+
+/// Runs `bench import`.
+pub fn run_import(args: ImportCmd) -> Result<(), CliError> {
+    let format: ImportFormat = args
+        .from
+        .parse()
+        .map_err(|e| CliError::Usage(format!("--from: {e}")))?;
+    let mut writer = SessionWriter::create(&args.output).map_err(plan_error)?;
+    let opts = ImportOptions {
+        skip_invalid: args.skip_invalid,
+        ..ImportOptions::default()
+    };
+    let mut write_err = None;
+    let stats = bench_workload::import::import(format, &args.inputs, &opts, &mut |s| {
+        writer.write(&s).map_err(|e| {
+            let msg = e.to_string();
+            write_err = Some(e);
+            bench_workload::import::ImportError::new(args.output.clone(), None, msg)
+        })
+    });
+    if let Some(e) = write_err {
+        return Err(CliError::Failed(e.to_string()));
+    }
+    let stats = stats.map_err(|e| CliError::Usage(e.to_string()))?;
+    let n = writer
+        .finish()
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let mut text = format!(
+        "bench import: {} sessions, {} turns from {} → {}\n",
+        n,
+        stats.turns,
+        format.name(),
+        args.output.display()
+    );
+    if stats.skipped > 0 {
+        text.push_str(&format!("  skipped {} invalid records\n", stats.skipped));
+    }
+    for note in &stats.notes {
+        text.push_str(&format!("  note: {note}\n"));
+    }
+    out(&text)
+}

@@ -1,0 +1,197 @@
+//! `bench plan` and `bench import` end to end.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::run;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("bench-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn plan_json_has_the_stable_keys() {
+    let out = run(&["plan", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in [
+        "sessions",
+        "turns",
+        "input_tokens",
+        "output_tokens",
+        "system_prompt_tokens",
+        "tokenizer",
+    ] {
+        assert!(v.get(k).is_some(), "{k} missing");
+    }
+    assert_eq!(v["tokenizer"], "hf:qwen3");
+    assert_eq!(v["sessions"], 24, "the bundled sample");
+}
+
+#[test]
+fn import_then_plan_round_trip() {
+    let d = tempdir("import");
+    let out_file = d.join("lmcache.jsonl.zst");
+    let out = run(&[
+        "import",
+        "--from",
+        "lmcache",
+        fixtures()
+            .join("traces/lmcache-agent-trace/miniswe")
+            .to_str()
+            .unwrap(),
+        "-o",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 sessions, 12 turns"));
+    let out = run(&[
+        "plan",
+        "--json",
+        "--dataset",
+        out_file.to_str().unwrap(),
+        "--system-prompt-tokens",
+        "1000",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["sessions"], 2);
+    assert_eq!(v["turns"], 12);
+    assert_eq!(v["system_prompt_tokens"], 1000);
+    // No temporary files are left beside the output.
+    let names: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
+
+#[test]
+fn bad_input_is_one_line_naming_file_and_line_exit_2() {
+    let d = tempdir("bad");
+    let f = d.join("bad.jsonl");
+    std::fs::write(
+        &f,
+        "{\"session_id\":\"a\",\"turns\":[]}\n{\"session_id\": 5}\n",
+    )
+    .unwrap();
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec!["plan".into(), "--dataset".into(), f.display().to_string()],
+            format!("{}:2: session_id", f.display()),
+        ),
+        (
+            vec![
+                "plan".into(),
+                "--dataset".into(),
+                d.join("missing").display().to_string(),
+            ],
+            "missing".into(),
+        ),
+        (
+            vec!["plan".into(), "--max-turns".into(), "0".into()],
+            "--max-turns".into(),
+        ),
+        (
+            vec!["plan".into(), "--output-policy".into(), "fixed:0".into()],
+            "--output-policy".into(),
+        ),
+        (
+            vec![
+                "plan".into(),
+                "--dataset".into(),
+                "random".into(),
+                "--gap-policy".into(),
+                "uniform:9,1".into(),
+            ],
+            "--gap-policy".into(),
+        ),
+        (
+            vec!["plan".into(), "--max-context".into(), "10".into()],
+            "excludes all".into(),
+        ),
+        (
+            vec!["plan".into(), "--concurrency".into(), "0".into()],
+            "--concurrency".into(),
+        ),
+        (
+            vec![
+                "import".into(),
+                "--from".into(),
+                "nope".into(),
+                f.display().to_string(),
+                "-o".into(),
+                d.join("o.jsonl").display().to_string(),
+            ],
+            "known formats".into(),
+        ),
+        (
+            vec![
+                "import".into(),
+                "--from".into(),
+                "mooncake".into(),
+                f.display().to_string(),
+                "-o".into(),
+                d.join("o.txt").display().to_string(),
+            ],
+            ".jsonl".into(),
+        ),
+        (
+            vec![
+                "import".into(),
+                "--from".into(),
+                "sharegpt".into(),
+                d.join("nothing.json").display().to_string(),
+                "-o".into(),
+                d.join("o.jsonl").display().to_string(),
+            ],
+            "nothing.json".into(),
+        ),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        let last = stderr.trim_end().lines().last().unwrap_or("");
+        assert!(
+            last.contains("error:") && last.contains(&want),
+            "{args:?}: want {want:?} in {stderr:?}"
+        );
+    }
+    assert!(
+        !d.join("o.jsonl").exists(),
+        "a failed import leaves no output"
+    );
+}
+
+#[test]
+fn no_tokenizer_warns_once() {
+    let out = run(&["plan", "--tokenizer", "none", "--json"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("warning").count(), 1, "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tokenizer"], "chars/4");
+}

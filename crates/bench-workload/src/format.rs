@@ -1,0 +1,177 @@
+//! The native session trace format (compatible with agentic-bench's `abench-session-jsonl-v1`).
+//!
+//! One session per JSONL line:
+//!
+//! ```json
+//! {"session_id": "s1",
+//!  "source": {"dataset": "lmcache", "agent": "mini-swe-agent", "model": "openai/gpt-5.4", "trial": "0"},
+//!  "system_prompt": "You are a helpful assistant.",
+//!  "turns": [{"index": 0,
+//!             "input_delta": [{"role": "user", "content": "Fix the bug"}],
+//!             "assistant_text": "Let me look.",
+//!             "input_tokens": 812, "output_tokens": 5, "cached_tokens": 0,
+//!             "pre_gap_ms": 0, "tool_calls": null}]}
+//! ```
+//!
+//! `input_delta` holds the messages added before that turn; token counts are what the recording
+//! server reported (absent when unknown). `timestamp_ms` (an extension) is when the recorded
+//! request was sent, in ms from the start of the trace; importers of timed traces (Mooncake,
+//! LMCache) fill it for open-loop replay.
+
+use serde::{Deserialize, Serialize};
+
+/// The format tag written by `bench import` into each session's `source.format` is not needed:
+/// the schema is identified by this name in docs and manifests.
+pub const FORMAT_NAME: &str = "abench-session-jsonl-v1";
+
+/// Where a session was recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Source {
+    /// Dataset name (e.g. `lmcache`, `mooncake`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<String>,
+    /// The agent that produced the trajectory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The model that served the recording (keys the recording-rate table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Trial or run identifier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trial: Option<String>,
+}
+
+/// One chat message as recorded. Roles other than system/user/assistant (e.g. `tool`) are kept
+/// here and coerced when a request is built.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// The recorded role.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+/// One recorded turn (one LLM call).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    /// Position in the session, from 0.
+    pub index: u32,
+    /// Messages appended to the conversation before this turn's request.
+    #[serde(default)]
+    pub input_delta: Vec<Message>,
+    /// What the assistant answered.
+    #[serde(default)]
+    pub assistant_text: String,
+    /// Prompt tokens the recording server reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Completion tokens the recording server reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// Prefix-cache hits the recording server reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
+    /// Time between the previous turn's end and this turn's request (tool work), ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_gap_ms: Option<f64>,
+    /// Tool calls the assistant made (kept opaque).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// When the recorded request was sent, ms from the start of the trace (timed traces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp_ms: Option<f64>,
+}
+
+impl TurnRecord {
+    /// A turn with only messages and an answer.
+    pub fn new(index: u32, input_delta: Vec<Message>, assistant_text: impl Into<String>) -> Self {
+        TurnRecord {
+            index,
+            input_delta,
+            assistant_text: assistant_text.into(),
+            input_tokens: None,
+            output_tokens: None,
+            cached_tokens: None,
+            pre_gap_ms: None,
+            tool_calls: None,
+            timestamp_ms: None,
+        }
+    }
+}
+
+/// One recorded session (an agent trajectory).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// Unique within a dataset.
+    pub session_id: String,
+    /// Provenance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+    /// The session's own system prompt, if recorded separately from the turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// The turns, in order.
+    #[serde(default)]
+    pub turns: Vec<TurnRecord>,
+}
+
+impl SessionRecord {
+    /// Checks what serde cannot: turn indices in order from 0, finite non-negative gaps.
+    /// Returns the name of the offending field and what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        if self.session_id.is_empty() {
+            return Err("session_id: must not be empty".into());
+        }
+        for (i, t) in self.turns.iter().enumerate() {
+            if t.index as usize != i {
+                return Err(format!(
+                    "turns[{i}].index: expected {i}, found {} (turns must be in order from 0)",
+                    t.index
+                ));
+            }
+            if let Some(g) = t.pre_gap_ms {
+                if !g.is_finite() || g < 0.0 {
+                    return Err(format!(
+                        "turns[{i}].pre_gap_ms: must be a non-negative number, found {g}"
+                    ));
+                }
+            }
+            if let Some(ts) = t.timestamp_ms {
+                if !ts.is_finite() || ts < 0.0 {
+                    return Err(format!(
+                        "turns[{i}].timestamp_ms: must be a non-negative number, found {ts}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Default selection knobs a dataset directory may carry in `manifest.json`. Flags given on the
+/// command line win.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Keep sessions with at least this many turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_turns: Option<u32>,
+    /// Cut sessions to at most this many turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// Peak-context band, lower bound (tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_context: Option<u64>,
+    /// Peak-context band, upper bound (tokens): the model's window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_context: Option<u64>,
+    /// Output policy (`trace`, `fixed:K`, `budget:T`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_policy: Option<String>,
+    /// Shared system prompt length in tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt_tokens: Option<u32>,
+}

@@ -1,0 +1,897 @@
+//! Importers: convert third-party traces into native [`SessionRecord`]s.
+//!
+//! Supported formats (see `docs/importers.md` for each one's assumptions):
+//!
+//! | name              | input                                                                 |
+//! |-------------------|-----------------------------------------------------------------------|
+//! | `lmcache`         | LMCache agent traces: one LLM call per JSONL line, full prompt text   |
+//! | `mooncake`        | Mooncake request traces: lengths and 512-token prefix-block hash ids  |
+//! | `sharegpt`        | ShareGPT conversations (JSON array or JSONL)                          |
+//! | `openai-messages` | OpenAI chat message arrays (JSON or JSONL)                            |
+//! | `swe-agent`       | SWE-agent `.traj` trajectories                                        |
+//!
+//! Inputs may be files or directories (searched recursively for the format's usual extensions);
+//! `.zst`-compressed files are decompressed on the fly. Line-based inputs are streamed.
+//!
+//! ```no_run
+//! use std::path::PathBuf;
+//! use bench_workload::import::{import, ImportFormat, ImportOptions};
+//!
+//! let mut sessions = Vec::new();
+//! let stats = import(
+//!     ImportFormat::Sharegpt,
+//!     &[PathBuf::from("conversations.json")],
+//!     &ImportOptions::default(),
+//!     &mut |s| {
+//!         sessions.push(s);
+//!         Ok(())
+//!     },
+//! )?;
+//! println!("{} sessions, {} turns", stats.sessions, stats.turns);
+//! # Ok::<(), bench_workload::import::ImportError>(())
+//! ```
+
+mod lmcache;
+mod mooncake;
+mod openai;
+mod sharegpt;
+mod swe_agent;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Cursor, Read};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde_json::{Map, Value};
+
+use crate::format::{Message, SessionRecord, TurnRecord};
+
+pub use mooncake::block_text as mooncake_block_text;
+
+/// A trace format `bench import` understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ImportFormat {
+    /// LMCache agent traces: one LLM call per JSONL line with the full prompt text.
+    Lmcache,
+    /// Mooncake request traces: token lengths and prefix-block hash ids, no text.
+    Mooncake,
+    /// ShareGPT conversations (`{"id", "conversations": [{"from", "value"}]}`).
+    Sharegpt,
+    /// OpenAI chat message arrays (`[{"role", "content"}]`).
+    OpenaiMessages,
+    /// SWE-agent `.traj` trajectories.
+    SweAgent,
+}
+
+impl ImportFormat {
+    /// Every format, in the order they are listed to users.
+    pub const ALL: [ImportFormat; 5] = [
+        ImportFormat::Lmcache,
+        ImportFormat::Mooncake,
+        ImportFormat::Sharegpt,
+        ImportFormat::OpenaiMessages,
+        ImportFormat::SweAgent,
+    ];
+
+    /// The name used on the command line (`lmcache`, `openai-messages`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            ImportFormat::Lmcache => "lmcache",
+            ImportFormat::Mooncake => "mooncake",
+            ImportFormat::Sharegpt => "sharegpt",
+            ImportFormat::OpenaiMessages => "openai-messages",
+            ImportFormat::SweAgent => "swe-agent",
+        }
+    }
+
+    /// A one-line description for help texts.
+    pub fn description(self) -> &'static str {
+        match self {
+            ImportFormat::Lmcache => {
+                "LMCache agent traces: one LLM call per JSONL line (timestamp, full prompt, output, session_id)"
+            }
+            ImportFormat::Mooncake => {
+                "Mooncake request traces: timestamp, input/output lengths and prefix-block hash ids (text is synthesized)"
+            }
+            ImportFormat::Sharegpt => {
+                "ShareGPT conversations: JSON array (or JSONL) of {id, conversations: [{from, value}]}"
+            }
+            ImportFormat::OpenaiMessages => {
+                "OpenAI chat messages: a JSON array of {role, content}, an array of such arrays, or JSONL of them"
+            }
+            ImportFormat::SweAgent => {
+                "SWE-agent .traj trajectories (the history of the main agent)"
+            }
+        }
+    }
+
+    /// File name endings searched for in a directory input (each also with `.zst`).
+    fn extensions(self) -> &'static [&'static str] {
+        match self {
+            ImportFormat::Lmcache | ImportFormat::Mooncake => &["jsonl"],
+            ImportFormat::Sharegpt | ImportFormat::OpenaiMessages => &["json", "jsonl"],
+            ImportFormat::SweAgent => &["traj"],
+        }
+    }
+}
+
+impl fmt::Display for ImportFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An import format name that is not one of [`ImportFormat::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown import format {name:?} (known formats: {})", known_names())]
+pub struct UnknownFormat {
+    /// The name that was given.
+    pub name: String,
+}
+
+fn known_names() -> String {
+    ImportFormat::ALL.map(ImportFormat::name).join(", ")
+}
+
+impl FromStr for ImportFormat {
+    type Err = UnknownFormat;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let lower = s.trim().to_ascii_lowercase();
+        ImportFormat::ALL
+            .into_iter()
+            .find(|f| f.name() == lower)
+            .ok_or_else(|| UnknownFormat {
+                name: s.to_string(),
+            })
+    }
+}
+
+/// Knobs of an import.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// Skip (and count) malformed records instead of failing.
+    pub skip_invalid: bool,
+    /// Tokens per Mooncake prefix block (the trace's block size; 512 in the FAST'25 release).
+    pub mooncake_block_tokens: u32,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions {
+            skip_invalid: false,
+            mooncake_block_tokens: 512,
+        }
+    }
+}
+
+/// What an import produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ImportStats {
+    /// Sessions handed to the sink.
+    pub sessions: u64,
+    /// Turns in those sessions.
+    pub turns: u64,
+    /// Malformed records (lines, conversations or files) skipped under `skip_invalid`.
+    pub skipped: u64,
+    /// Facts worth telling the user (each once, with a count), e.g. how many prompts were not an
+    /// extension of the previous one.
+    pub notes: Vec<String>,
+}
+
+/// A failed import: which file, which line (for line-based formats) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{}", location(.file, .line), .message)]
+#[non_exhaustive]
+pub struct ImportError {
+    /// The file being read (empty when the error concerns no file).
+    pub file: PathBuf,
+    /// 1-based line number, for line-based formats.
+    pub line: Option<u64>,
+    /// What is wrong, naming the offending field.
+    pub message: String,
+}
+
+fn location(file: &Path, line: &Option<u64>) -> String {
+    if file.as_os_str().is_empty() {
+        return String::new();
+    }
+    match line {
+        Some(l) => format!("{}:{l}: ", file.display()),
+        None => format!("{}: ", file.display()),
+    }
+}
+
+impl ImportError {
+    /// An error about `file` (and `line`, 1-based, when known). Sinks use this to report their
+    /// own failures (e.g. a write error).
+    pub fn new(file: impl Into<PathBuf>, line: Option<u64>, message: impl Into<String>) -> Self {
+        ImportError {
+            file: file.into(),
+            line,
+            message: message.into(),
+        }
+    }
+}
+
+/// Imports `inputs` (files or directories) in `format`, handing each session to `sink` in input
+/// order. Every session passes [`SessionRecord::check`] first.
+pub fn import(
+    format: ImportFormat,
+    inputs: &[PathBuf],
+    opts: &ImportOptions,
+    sink: &mut dyn FnMut(SessionRecord) -> Result<(), ImportError>,
+) -> Result<ImportStats, ImportError> {
+    if inputs.is_empty() {
+        return Err(ImportError::new(
+            PathBuf::new(),
+            None,
+            "no input files given",
+        ));
+    }
+    if opts.mooncake_block_tokens == 0 && format == ImportFormat::Mooncake {
+        return Err(ImportError::new(
+            PathBuf::new(),
+            None,
+            "mooncake_block_tokens must be positive",
+        ));
+    }
+    let mut groups = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        groups.push((input.clone(), expand_input(format, input)?));
+    }
+    let multi_file = groups.iter().map(|(_, files)| files.len()).sum::<usize>() > 1;
+    let mut ctx = Ctx {
+        opts,
+        sink,
+        stats: ImportStats::default(),
+        notes: Notes::default(),
+        ids: HashSet::new(),
+        usable: 0,
+        multi_file,
+    };
+    match format {
+        ImportFormat::Lmcache => lmcache::import(&mut ctx, &groups)?,
+        _ => {
+            for (input, files) in &groups {
+                let before = ctx.usable;
+                for file in files {
+                    match format {
+                        ImportFormat::Mooncake => mooncake::import_file(&mut ctx, file)?,
+                        ImportFormat::Sharegpt => sharegpt::import_file(&mut ctx, file)?,
+                        ImportFormat::OpenaiMessages => openai::import_file(&mut ctx, file)?,
+                        ImportFormat::SweAgent => swe_agent::import_file(&mut ctx, file)?,
+                        ImportFormat::Lmcache => {}
+                    }
+                }
+                if ctx.usable == before {
+                    return Err(no_sessions(input));
+                }
+            }
+        }
+    }
+    let mut stats = ctx.stats;
+    stats.notes = ctx.notes.render();
+    Ok(stats)
+}
+
+pub(crate) fn no_sessions(input: &Path) -> ImportError {
+    ImportError::new(input, None, "no sessions found in this input")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared state
+
+/// Facts collected during an import, rendered into [`ImportStats::notes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoteKind {
+    LmcacheRestart,
+    LmcacheOutputMissing,
+    LmcacheUnsorted,
+    TrailingDropped,
+    NoAnswer,
+    PartsDropped,
+    DuplicateIds,
+    MooncakeExtraBlocks,
+    MooncakeFiller,
+}
+
+impl NoteKind {
+    fn render(self, n: u64) -> String {
+        match self {
+            NoteKind::LmcacheRestart => format!(
+                "{n} prompt(s) were not an extension of the previous prompt + output; their turns restart the conversation (the whole prompt is the turn's input)"
+            ),
+            NoteKind::LmcacheOutputMissing => format!(
+                "{n} prompt(s) extended the previous prompt but did not contain the previous output verbatim; their input is the text after the previous prompt (the output is replayed as the assistant message)"
+            ),
+            NoteKind::LmcacheUnsorted => {
+                format!(
+                    "{n} session(s) had calls out of timestamp order in the file; they were sorted by timestamp"
+                )
+            }
+            NoteKind::TrailingDropped => format!(
+                "{n} conversation(s) ended with message(s) that got no assistant answer; those trailing messages were dropped"
+            ),
+            NoteKind::NoAnswer => {
+                format!("{n} conversation(s) had no assistant answer and were skipped")
+            }
+            NoteKind::PartsDropped => {
+                format!("{n} non-text content part(s) (images, audio, ...) were dropped")
+            }
+            NoteKind::DuplicateIds => {
+                format!("{n} duplicate session id(s) were made unique with a \"#N\" suffix")
+            }
+            NoteKind::MooncakeExtraBlocks => format!(
+                "{n} request(s) listed more hash_ids than input_length needs; the extra blocks were ignored"
+            ),
+            NoteKind::MooncakeFiller => format!(
+                "{n} request(s) had an input_length beyond their hash_ids' blocks; the excess was filled with text unique to the request"
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Notes {
+    counts: Vec<(NoteKind, u64)>,
+    other: Vec<String>,
+    other_dropped: u64,
+}
+
+const MAX_OTHER_NOTES: usize = 8;
+
+impl Notes {
+    fn add(&mut self, kind: NoteKind, n: u64) {
+        if n == 0 {
+            return;
+        }
+        match self.counts.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, c)) => *c += n,
+            None => self.counts.push((kind, n)),
+        }
+    }
+
+    fn add_other(&mut self, note: String) {
+        if self.other.contains(&note) {
+            return;
+        }
+        if self.other.len() < MAX_OTHER_NOTES {
+            self.other.push(note);
+        } else {
+            self.other_dropped += 1;
+        }
+    }
+
+    fn render(self) -> Vec<String> {
+        let mut out: Vec<String> = self.counts.iter().map(|(k, n)| k.render(*n)).collect();
+        out.extend(self.other);
+        if self.other_dropped > 0 {
+            out.push(format!("... and {} more note(s)", self.other_dropped));
+        }
+        out
+    }
+}
+
+/// The state one import threads through the format modules.
+pub(crate) struct Ctx<'a> {
+    opts: &'a ImportOptions,
+    sink: &'a mut dyn FnMut(SessionRecord) -> Result<(), ImportError>,
+    stats: ImportStats,
+    notes: Notes,
+    ids: HashSet<String>,
+    /// Usable records seen so far (to detect inputs that yield nothing).
+    usable: u64,
+    /// More than one file takes part in this import.
+    multi_file: bool,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn opts(&self) -> &ImportOptions {
+        self.opts
+    }
+
+    pub(crate) fn multi_file(&self) -> bool {
+        self.multi_file
+    }
+
+    pub(crate) fn note(&mut self, kind: NoteKind, n: u64) {
+        self.notes.add(kind, n);
+    }
+
+    pub(crate) fn mark_usable(&mut self) {
+        self.usable += 1;
+    }
+
+    /// A malformed record: counted and skipped under `skip_invalid`, an error otherwise.
+    pub(crate) fn invalid(&mut self, err: ImportError) -> Result<(), ImportError> {
+        if self.opts.skip_invalid {
+            self.stats.skipped += 1;
+            self.notes.add_other(format!("skipped: {err}"));
+            Ok(())
+        } else {
+            Err(err)
+        }
+    }
+
+    /// Checks `session`, makes its id unique and hands it to the sink. A session failing
+    /// [`SessionRecord::check`] is treated as a malformed record of `file`/`line`.
+    pub(crate) fn emit(
+        &mut self,
+        file: &Path,
+        line: Option<u64>,
+        mut session: SessionRecord,
+    ) -> Result<(), ImportError> {
+        if let Err(e) = session.check() {
+            return self.invalid(ImportError::new(file, line, e));
+        }
+        if self.ids.contains(&session.session_id) {
+            let base = session.session_id.clone();
+            let mut k = 2u64;
+            while self.ids.contains(&format!("{base}#{k}")) {
+                k += 1;
+            }
+            session.session_id = format!("{base}#{k}");
+            self.notes.add(NoteKind::DuplicateIds, 1);
+        }
+        self.ids.insert(session.session_id.clone());
+        self.usable += 1;
+        self.stats.sessions += 1;
+        self.stats.turns += session.turns.len() as u64;
+        (self.sink)(session)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+
+/// The files of one input: the input itself, or a directory's matching files sorted by path.
+fn expand_input(format: ImportFormat, input: &Path) -> Result<Vec<PathBuf>, ImportError> {
+    let meta = fs::metadata(input)
+        .map_err(|e| ImportError::new(input, None, format!("cannot open: {e}")))?;
+    if !meta.is_dir() {
+        return Ok(vec![input.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    walk(input, format.extensions(), &mut files)?;
+    files.sort();
+    if files.is_empty() {
+        let exts: Vec<String> = format
+            .extensions()
+            .iter()
+            .map(|e| format!("*.{e}[.zst]"))
+            .collect();
+        return Err(ImportError::new(
+            input,
+            None,
+            format!(
+                "no {} files ({}) found in this directory",
+                format.name(),
+                exts.join(", ")
+            ),
+        ));
+    }
+    Ok(files)
+}
+
+fn walk(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) -> Result<(), ImportError> {
+    let entries =
+        fs::read_dir(dir).map_err(|e| ImportError::new(dir, None, format!("cannot list: {e}")))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| ImportError::new(dir, None, format!("cannot list: {e}")))?;
+        let path = entry.path();
+        let ft = entry
+            .file_type()
+            .map_err(|e| ImportError::new(&path, None, format!("cannot stat: {e}")))?;
+        if ft.is_dir() {
+            walk(&path, exts, out)?;
+            continue;
+        }
+        // Symlinks to files count; symlinks to directories are not followed.
+        let is_file = ft.is_file() || (ft.is_symlink() && path.is_file());
+        if is_file && exts.iter().any(|e| has_extension(&path, e)) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The file name without a trailing `.zst`.
+fn base_name(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match name.strip_suffix(".zst") {
+        Some(b) => b.to_string(),
+        None => name,
+    }
+}
+
+/// Whether the file name (ignoring `.zst`) ends with `.ext`.
+fn has_extension(path: &Path, ext: &str) -> bool {
+    base_name(path)
+        .to_ascii_lowercase()
+        .ends_with(&format!(".{ext}"))
+}
+
+/// Whether the file is JSON Lines (`.jsonl`, optionally `.zst`).
+pub(crate) fn is_jsonl(path: &Path) -> bool {
+    has_extension(path, "jsonl")
+}
+
+/// The file name without `.zst` and without its last extension: `local.traj.json` →
+/// `local.traj`, `foo.jsonl.zst` → `foo`.
+pub(crate) fn file_stem(path: &Path) -> String {
+    let base = base_name(path);
+    match base.rfind('.') {
+        Some(i) if i > 0 => base[..i].to_string(),
+        _ => base,
+    }
+}
+
+fn is_zst(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("zst"))
+}
+
+/// Opens a file, decompressing `.zst` transparently.
+pub(crate) fn open(path: &Path) -> Result<Box<dyn BufRead>, ImportError> {
+    let file =
+        File::open(path).map_err(|e| ImportError::new(path, None, format!("cannot open: {e}")))?;
+    if is_zst(path) {
+        let dec = zstd::stream::read::Decoder::new(file).map_err(|e| {
+            ImportError::new(path, None, format!("cannot start zstd decoding: {e}"))
+        })?;
+        Ok(Box::new(BufReader::with_capacity(1 << 16, dec)))
+    } else {
+        Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
+    }
+}
+
+/// Reads a whole (decompressed) file.
+pub(crate) fn read_all(path: &Path) -> Result<Vec<u8>, ImportError> {
+    let mut reader = open(path)?;
+    let mut bytes = Vec::new();
+    reader
+        .read_to_end(&mut bytes)
+        .map_err(|e| ImportError::new(path, None, format!("read error: {e}")))?;
+    Ok(bytes)
+}
+
+/// A UTF-8 byte order mark, ignored at the start of a file.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Streams the non-blank lines of a reader with 1-based line numbers.
+pub(crate) struct Lines {
+    reader: Box<dyn BufRead>,
+    path: PathBuf,
+    line: u64,
+    buf: Vec<u8>,
+}
+
+/// One line: its number and its text, or the reason it is unusable (invalid UTF-8).
+pub(crate) type Line = (u64, Result<String, ImportError>);
+
+impl Lines {
+    pub(crate) fn new(path: &Path, reader: Box<dyn BufRead>) -> Self {
+        Lines {
+            reader,
+            path: path.to_path_buf(),
+            line: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next non-blank line; `Err` only for read errors (which cannot be skipped).
+    pub(crate) fn next_line(&mut self) -> Result<Option<Line>, ImportError> {
+        loop {
+            self.buf.clear();
+            let n = self.reader.read_until(b'\n', &mut self.buf).map_err(|e| {
+                ImportError::new(&self.path, Some(self.line + 1), format!("read error: {e}"))
+            })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.line += 1;
+            if self.line == 1 && self.buf.starts_with(BOM) {
+                self.buf.drain(..BOM.len());
+            }
+            if self.buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let bytes = std::mem::take(&mut self.buf);
+            let text = String::from_utf8(bytes).map_err(|e| {
+                let at = e.utf8_error().valid_up_to();
+                ImportError::new(
+                    &self.path,
+                    Some(self.line),
+                    format!("invalid UTF-8 (byte {} of the line)", at + 1),
+                )
+            });
+            return Ok(Some((self.line, text)));
+        }
+    }
+}
+
+/// The outcome of handling one record: `Ok(Err(message))` is a malformed record (skippable),
+/// `Err` is fatal (I/O, sink).
+pub(crate) type RecordResult = Result<Result<(), String>, ImportError>;
+
+/// Parses each non-blank line of `reader` as JSON and hands it to `f`. Malformed lines (invalid
+/// UTF-8, invalid JSON, or `f` reporting a field error) are skipped under `skip_invalid`.
+pub(crate) fn for_each_json_line(
+    ctx: &mut Ctx<'_>,
+    path: &Path,
+    reader: Box<dyn BufRead>,
+    f: &mut dyn FnMut(&mut Ctx<'_>, u64, Value) -> RecordResult,
+) -> Result<(), ImportError> {
+    let mut lines = Lines::new(path, reader);
+    while let Some((line, text)) = lines.next_line()? {
+        let text = match text {
+            Ok(t) => t,
+            Err(e) => {
+                ctx.invalid(e)?;
+                continue;
+            }
+        };
+        let value: Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(e) => {
+                ctx.invalid(ImportError::new(path, Some(line), json_error(&e)))?;
+                continue;
+            }
+        };
+        if let Err(msg) = f(ctx, line, value)? {
+            ctx.invalid(ImportError::new(path, Some(line), msg))?;
+        }
+    }
+    Ok(())
+}
+
+/// A JSON document read whole, or why it is unusable.
+pub(crate) enum Document {
+    /// The parsed value.
+    Json(Value),
+    /// The file turned out to hold several JSON values, one per line.
+    Lines(Vec<u8>),
+    /// Invalid UTF-8 or invalid JSON, with the line when known.
+    Invalid(ImportError),
+    /// Nothing but whitespace.
+    Empty,
+}
+
+/// Reads and parses a whole JSON file. A `.json` file holding several values (JSON Lines
+/// content) is reported as [`Document::Lines`].
+pub(crate) fn read_document(path: &Path) -> Result<Document, ImportError> {
+    let mut bytes = read_all(path)?;
+    if bytes.starts_with(BOM) {
+        bytes.drain(..BOM.len());
+    }
+    if let Err(e) = std::str::from_utf8(&bytes) {
+        let at = e.valid_up_to();
+        let line = bytes[..at].iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+        return Ok(Document::Invalid(ImportError::new(
+            path,
+            Some(line),
+            "invalid UTF-8",
+        )));
+    }
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Document::Empty);
+    }
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(v) => Ok(Document::Json(v)),
+        Err(e) if e.to_string().starts_with("trailing characters") && e.line() > 1 => {
+            Ok(Document::Lines(bytes))
+        }
+        Err(e) => Ok(Document::Invalid(ImportError::new(
+            path,
+            Some(e.line() as u64),
+            json_error(&e),
+        ))),
+    }
+}
+
+/// Wraps a [`Document::Lines`] buffer as a reader.
+pub(crate) fn cursor(bytes: Vec<u8>) -> Box<dyn BufRead> {
+    Box::new(Cursor::new(bytes))
+}
+
+/// `invalid JSON: <what> (column N)`, without serde_json's own position suffix.
+fn json_error(e: &serde_json::Error) -> String {
+    let full = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    let what = full.strip_suffix(&suffix).unwrap_or(&full);
+    format!("invalid JSON: {what} (column {})", e.column())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field access with errors that name the field
+
+/// A short description of a JSON value for error messages: `a string ("x")`.
+pub(crate) fn describe(v: &Value) -> String {
+    let mut shown = v.to_string();
+    if shown.len() > 40 {
+        let mut cut = 37;
+        while !shown.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        shown.truncate(cut);
+        shown.push_str("...");
+    }
+    let kind = match v {
+        Value::Null => return "null".to_string(),
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => return "an array".to_string(),
+        Value::Object(_) => return "an object".to_string(),
+    };
+    format!("{kind} ({shown})")
+}
+
+pub(crate) fn as_object<'v>(v: &'v Value, what: &str) -> Result<&'v Map<String, Value>, String> {
+    v.as_object()
+        .ok_or_else(|| format!("{what}: expected an object, found {}", describe(v)))
+}
+
+pub(crate) fn required<'v>(obj: &'v Map<String, Value>, key: &str) -> Result<&'v Value, String> {
+    obj.get(key).ok_or_else(|| format!("\"{key}\": missing"))
+}
+
+pub(crate) fn u64_field(obj: &Map<String, Value>, key: &str) -> Result<u64, String> {
+    let v = required(obj, key)?;
+    v.as_u64().ok_or_else(|| {
+        format!(
+            "\"{key}\": expected a non-negative integer, found {}",
+            describe(v)
+        )
+    })
+}
+
+pub(crate) fn i64_field(obj: &Map<String, Value>, key: &str) -> Result<i64, String> {
+    let v = required(obj, key)?;
+    v.as_i64()
+        .ok_or_else(|| format!("\"{key}\": expected an integer, found {}", describe(v)))
+}
+
+/// Takes a string field out of `obj`.
+pub(crate) fn take_string(obj: &mut Map<String, Value>, key: &str) -> Result<String, String> {
+    match obj.get_mut(key) {
+        None => Err(format!("\"{key}\": missing")),
+        Some(Value::String(s)) => Ok(std::mem::take(s)),
+        Some(v) => Err(format!(
+            "\"{key}\": expected a string, found {}",
+            describe(v)
+        )),
+    }
+}
+
+/// A string or integer id as a string.
+pub(crate) fn id_string(v: &Value, key: &str) -> Result<String, String> {
+    match v {
+        Value::String(s) if !s.is_empty() => Ok(s.clone()),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
+        _ => Err(format!(
+            "\"{key}\": expected a non-empty string or an integer, found {}",
+            describe(v)
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chat messages → turns (sharegpt, openai-messages, swe-agent)
+
+/// One message read from a chat-shaped trace.
+#[derive(Debug, Clone)]
+pub(crate) struct ChatMessage {
+    /// The role, already normalised (`user`, `assistant`, `system`, or as given).
+    pub(crate) role: String,
+    pub(crate) content: String,
+    /// Tool calls of an assistant message.
+    pub(crate) tool_calls: Option<Value>,
+}
+
+/// A conversation cut into turns.
+pub(crate) struct Turns {
+    pub(crate) system_prompt: Option<String>,
+    pub(crate) turns: Vec<TurnRecord>,
+    /// Messages after the last assistant answer (dropped).
+    pub(crate) trailing: usize,
+}
+
+/// Each assistant message closes a turn whose input is the non-assistant messages before it; a
+/// leading system message becomes the system prompt.
+pub(crate) fn build_turns(messages: Vec<ChatMessage>) -> Turns {
+    let mut iter = messages.into_iter().peekable();
+    let system_prompt = match iter.peek() {
+        Some(m) if m.role == "system" => iter.next().map(|m| m.content),
+        _ => None,
+    };
+    let mut turns = Vec::new();
+    let mut pending: Vec<Message> = Vec::new();
+    for m in iter {
+        if m.role == "assistant" {
+            let mut turn =
+                TurnRecord::new(turns.len() as u32, std::mem::take(&mut pending), m.content);
+            turn.tool_calls = m.tool_calls.filter(|v| !v.is_null());
+            turns.push(turn);
+        } else {
+            pending.push(Message {
+                role: m.role,
+                content: m.content,
+            });
+        }
+    }
+    Turns {
+        system_prompt,
+        turns,
+        trailing: pending.len(),
+    }
+}
+
+/// The text of an OpenAI-style `content`: a string, `null`/absent (""), or an array of parts
+/// whose `text` parts are concatenated. Returns the text and the number of non-text parts
+/// dropped.
+pub(crate) fn content_text(v: Option<&Value>, what: &str) -> Result<(String, u64), String> {
+    match v {
+        None | Some(Value::Null) => Ok((String::new(), 0)),
+        Some(Value::String(s)) => Ok((s.clone(), 0)),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            let mut dropped = 0;
+            for (i, part) in parts.iter().enumerate() {
+                match part {
+                    Value::String(s) => text.push_str(s),
+                    Value::Object(o) => {
+                        let kind = o.get("type").and_then(Value::as_str);
+                        match (kind, o.get("text")) {
+                            (Some("text") | None, Some(Value::String(s))) => text.push_str(s),
+                            (Some("text"), Some(t)) => {
+                                return Err(format!(
+                                    "{what}[{i}].text: expected a string, found {}",
+                                    describe(t)
+                                ));
+                            }
+                            _ => dropped += 1,
+                        }
+                    }
+                    other => {
+                        return Err(format!(
+                            "{what}[{i}]: expected a string or an object, found {}",
+                            describe(other)
+                        ));
+                    }
+                }
+            }
+            Ok((text, dropped))
+        }
+        Some(other) => Err(format!(
+            "{what}: expected a string, an array of parts or null, found {}",
+            describe(other)
+        )),
+    }
+}
+
+/// Notes what was dropped from a conversation cut into turns and hands it to the sink; a
+/// conversation without any assistant answer is skipped (with a note, not as an error).
+pub(crate) fn emit_conversation(
+    ctx: &mut Ctx<'_>,
+    file: &Path,
+    line: Option<u64>,
+    session: SessionRecord,
+    trailing: usize,
+) -> Result<(), ImportError> {
+    if session.turns.is_empty() {
+        ctx.note(NoteKind::NoAnswer, 1);
+        return Ok(());
+    }
+    if trailing > 0 {
+        ctx.note(NoteKind::TrailingDropped, 1);
+    }
+    ctx.emit(file, line, session)
+}

@@ -1,0 +1,1177 @@
+//! Building a [`Plan`]: selection, shaping, token counting, tool waits, synthetic sessions.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::error::PlanError;
+use crate::format::{Manifest, SessionRecord, TurnRecord};
+use crate::load::{self, LoadOptions, LoadReport};
+use crate::tokenize::{TokenCounter, TokenizerSpec};
+
+/// Tokens a chat template adds around each message (role markers, separators): an estimate
+/// added to every message when prompt lengths are estimated (Qwen/ChatML: `<|im_start|>role\n`
+/// … `<|im_end|>\n` is 5 tokens with the role).
+pub const MESSAGE_OVERHEAD_TOKENS: u64 = 5;
+
+/// The bundled sample dataset (see `fixtures/datasets/README.md`), compiled in so the default
+/// needs no file.
+static SAMPLE: &[u8] = include_bytes!("../../../fixtures/datasets/sample.jsonl.zst");
+
+/// Where sessions come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DatasetSpec {
+    /// The bundled sample dataset.
+    Sample,
+    /// A native trace file or directory.
+    Path(PathBuf),
+    /// Synthetic sessions.
+    Random(SyntheticSpec),
+}
+
+/// Knobs of `--dataset random` (named as in agentic-bench).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyntheticSpec {
+    /// Turns per session (`--turns`).
+    pub turns: u32,
+    /// New user tokens per turn (`--input-increment`).
+    pub input_increment: u32,
+    /// Output tokens per turn (`--output-len`).
+    pub output_len: u32,
+    /// Tool wait before each turn after the first (`--gap-policy`).
+    pub gap: GapPolicy,
+}
+
+impl Default for SyntheticSpec {
+    fn default() -> Self {
+        SyntheticSpec {
+            turns: 10,
+            input_increment: 512,
+            output_len: 128,
+            gap: GapPolicy::Zero,
+        }
+    }
+}
+
+/// Distribution of synthetic tool waits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GapPolicy {
+    /// No wait.
+    Zero,
+    /// Always this many ms.
+    Fixed(f64),
+    /// Uniform between two ms values.
+    Uniform(f64, f64),
+    /// Exponential with this mean in ms.
+    Exponential(f64),
+}
+
+fn positive_ms(s: &str, what: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{what} must be a number of ms, got {s:?}"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!(
+            "{what} must be a non-negative number of ms, got {s:?}"
+        ));
+    }
+    Ok(v)
+}
+
+impl std::str::FromStr for GapPolicy {
+    type Err = String;
+
+    /// `zero`, `fixed:MS`, `uniform:LO,HI`, `exponential:MEAN`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
+        match kind {
+            "zero" if arg.is_empty() => Ok(GapPolicy::Zero),
+            "fixed" => Ok(GapPolicy::Fixed(positive_ms(arg, "fixed:MS")?)),
+            "uniform" => {
+                let (lo, hi) = arg
+                    .split_once(',')
+                    .ok_or_else(|| format!("uniform needs LO,HI in ms, got {s:?}"))?;
+                let (lo, hi) = (positive_ms(lo, "LO")?, positive_ms(hi, "HI")?);
+                if lo > hi {
+                    return Err(format!("uniform:LO,HI needs LO <= HI, got {s:?}"));
+                }
+                Ok(GapPolicy::Uniform(lo, hi))
+            }
+            "exponential" => {
+                let m = positive_ms(arg, "exponential:MEAN")?;
+                if m == 0.0 {
+                    return Err("exponential:MEAN must be above 0 (use zero)".into());
+                }
+                Ok(GapPolicy::Exponential(m))
+            }
+            _ => Err(format!(
+                "unknown gap policy {s:?}: use zero, fixed:MS, uniform:LO,HI or exponential:MEAN"
+            )),
+        }
+    }
+}
+
+impl GapPolicy {
+    fn sample(self, rng: &mut ChaCha8Rng) -> f64 {
+        match self {
+            GapPolicy::Zero => 0.0,
+            GapPolicy::Fixed(ms) => ms,
+            GapPolicy::Uniform(lo, hi) => {
+                if hi > lo {
+                    rng.random_range(lo..=hi)
+                } else {
+                    lo
+                }
+            }
+            GapPolicy::Exponential(mean) => {
+                let u: f64 = rng.random_range(f64::EPSILON..1.0);
+                -mean * u.ln()
+            }
+        }
+    }
+}
+
+/// How many output tokens each turn is pinned to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "policy", rename_all = "lowercase")]
+pub enum OutputPolicy {
+    /// What the recording produced (the recorded count, else the assistant text counted).
+    Trace,
+    /// Always `K` tokens.
+    Fixed {
+        /// Tokens per turn.
+        tokens: u32,
+    },
+    /// `T` tokens per session, split evenly over its turns.
+    Budget {
+        /// Tokens per session.
+        tokens: u64,
+    },
+}
+
+impl std::str::FromStr for OutputPolicy {
+    type Err = String;
+
+    /// `trace`, `fixed:K`, `budget:T`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
+        let n = |what: &str| -> Result<u64, String> {
+            let v: u64 = arg
+                .trim()
+                .parse()
+                .map_err(|_| format!("{what} needs a positive whole number, got {s:?}"))?;
+            if v == 0 {
+                return Err(format!("{what} must be at least 1, got {s:?}"));
+            }
+            Ok(v)
+        };
+        match kind {
+            "trace" if arg.is_empty() => Ok(OutputPolicy::Trace),
+            "fixed" => Ok(OutputPolicy::Fixed {
+                tokens: u32::try_from(n("fixed:K")?)
+                    .map_err(|_| "fixed:K is too large".to_string())?,
+            }),
+            "budget" => Ok(OutputPolicy::Budget {
+                tokens: n("budget:T")?,
+            }),
+            _ => Err(format!(
+                "unknown output policy {s:?}: use trace, fixed:K or budget:T"
+            )),
+        }
+    }
+}
+
+/// Everything that decides a plan. Build with [`PlanConfig::new`] and set what differs.
+#[derive(Debug, Clone)]
+pub struct PlanConfig {
+    /// Where sessions come from.
+    pub dataset: DatasetSpec,
+    /// Token counter.
+    pub tokenizer: TokenizerSpec,
+    /// Keep sessions with at least this many turns (after nothing is cut).
+    pub min_turns: Option<u32>,
+    /// Cut sessions to this many turns (never pads).
+    pub max_turns: Option<u32>,
+    /// Lower bound of the peak-context band, tokens.
+    pub min_context: Option<u64>,
+    /// The model's window: sessions whose peak context (with the shared system prompt and
+    /// pinned output) exceeds it are left out.
+    pub max_context: Option<u64>,
+    /// Sessions in the pool; default 2 × `concurrency`.
+    pub num_sessions: Option<u32>,
+    /// Concurrency the plan is for (sets the default pool size).
+    pub concurrency: u32,
+    /// Seed of the shuffle and of synthetic text and gaps.
+    pub seed: u64,
+    /// Output pinning.
+    pub output: Option<OutputPolicy>,
+    /// Shared system prompt length in tokens (0: none).
+    pub system_prompt_tokens: Option<u32>,
+    /// Tool waits longer than this are capped, ms.
+    pub gap_cap_ms: f64,
+    /// Take recorded gaps as pure tool waits (skip the recording-rate extraction).
+    pub raw_gaps: bool,
+    /// Skip invalid trace records instead of failing.
+    pub skip_invalid: bool,
+}
+
+impl PlanConfig {
+    /// Defaults: the bundled sample, the Qwen3 tokenizer, C = 32, seed 0, no shared system
+    /// prompt, output as recorded, gaps capped at 30 s.
+    pub fn new(dataset: DatasetSpec) -> Self {
+        PlanConfig {
+            dataset,
+            tokenizer: TokenizerSpec::Qwen3,
+            min_turns: None,
+            max_turns: None,
+            min_context: None,
+            max_context: None,
+            num_sessions: None,
+            concurrency: 32,
+            seed: 0,
+            output: None,
+            system_prompt_tokens: None,
+            gap_cap_ms: 30_000.0,
+            raw_gaps: false,
+            skip_invalid: false,
+        }
+    }
+
+    fn apply_manifest(&mut self, m: &Manifest) -> Result<(), PlanError> {
+        self.min_turns = self.min_turns.or(m.min_turns);
+        self.max_turns = self.max_turns.or(m.max_turns);
+        self.min_context = self.min_context.or(m.min_context);
+        self.max_context = self.max_context.or(m.max_context);
+        self.system_prompt_tokens = self.system_prompt_tokens.or(m.system_prompt_tokens);
+        if self.output.is_none() {
+            if let Some(p) = &m.output_policy {
+                self.output = Some(
+                    p.parse()
+                        .map_err(|e: String| PlanError::flag("manifest.json output_policy", e))?,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Rejects invalid values and combinations, naming the flag.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        if self.concurrency == 0 {
+            return Err(PlanError::flag("--concurrency", "must be at least 1"));
+        }
+        if self.num_sessions == Some(0) {
+            return Err(PlanError::flag("--num-sessions", "must be at least 1"));
+        }
+        if self.min_turns == Some(0) {
+            return Err(PlanError::flag("--min-turns", "must be at least 1"));
+        }
+        if self.max_turns == Some(0) {
+            return Err(PlanError::flag("--max-turns", "must be at least 1"));
+        }
+        if let (Some(lo), Some(hi)) = (self.min_turns, self.max_turns) {
+            if lo > hi {
+                return Err(PlanError::flag(
+                    "--min-turns",
+                    format!("{lo} is above --max-turns {hi}"),
+                ));
+            }
+        }
+        if self.max_context == Some(0) {
+            return Err(PlanError::flag("--max-context", "must be at least 1"));
+        }
+        if let (Some(lo), Some(hi)) = (self.min_context, self.max_context) {
+            if lo > hi {
+                return Err(PlanError::flag(
+                    "--min-context",
+                    format!("{lo} is above --max-context {hi}"),
+                ));
+            }
+        }
+        if let (Some(sp), Some(hi)) = (self.system_prompt_tokens, self.max_context) {
+            if u64::from(sp) >= hi {
+                return Err(PlanError::flag(
+                    "--system-prompt-tokens",
+                    format!("{sp} leaves no room in --max-context {hi}"),
+                ));
+            }
+        }
+        if !self.gap_cap_ms.is_finite() || self.gap_cap_ms < 0.0 {
+            return Err(PlanError::flag(
+                "--gap-cap-ms",
+                format!("must be a non-negative number, got {}", self.gap_cap_ms),
+            ));
+        }
+        if let DatasetSpec::Random(s) = &self.dataset {
+            for (v, f) in [
+                (s.turns, "--turns"),
+                (s.input_increment, "--input-increment"),
+                (s.output_len, "--output-len"),
+            ] {
+                if v == 0 {
+                    return Err(PlanError::flag(f, "must be at least 1"));
+                }
+            }
+        }
+        if let Some(OutputPolicy::Budget { tokens }) = self.output {
+            if let Some(max) = self.max_turns {
+                if tokens < u64::from(max) {
+                    return Err(PlanError::flag(
+                        "--output-policy",
+                        format!(
+                            "budget:{tokens} is less than one token per turn for --max-turns {max}"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A chat role after coercion (roles other than system/user/assistant are sent as user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// System.
+    System,
+    /// User (and coerced tool observations).
+    User,
+    /// Assistant.
+    Assistant,
+}
+
+impl Role {
+    fn coerce(recorded: &str) -> (Role, bool) {
+        match recorded {
+            "system" => (Role::System, false),
+            "user" => (Role::User, false),
+            "assistant" => (Role::Assistant, false),
+            _ => (Role::User, true),
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// One message of a plan, shared (not copied) by every session and turn that sends it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PlannedMessage {
+    /// Role as sent.
+    pub role: Role,
+    /// The text.
+    pub content: Arc<str>,
+    /// Its JSON encoding, `{"role":"...","content":"..."}`, made once at plan time; a request
+    /// body is a concatenation of these.
+    pub json: Arc<str>,
+    /// Tokens of `content` under the plan's counter.
+    pub tokens: u32,
+}
+
+/// A shared message handle.
+pub type Msg = Arc<PlannedMessage>;
+
+/// One turn of a planned session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedTurn {
+    /// Position in the session.
+    pub index: u32,
+    /// Messages appended before this turn.
+    pub input_delta: Vec<Msg>,
+    /// The recorded answer (appended after the turn in `trace` content mode).
+    pub assistant: Msg,
+    /// Output tokens the request is pinned to.
+    pub max_output_tokens: u32,
+    /// Output tokens the recording produced, when known.
+    pub recorded_output_tokens: Option<u64>,
+    /// Input tokens the recording server reported, when known.
+    pub recorded_input_tokens: Option<u64>,
+    /// Prefix-cache hits the recording server reported, when known.
+    pub recorded_cached_tokens: Option<u64>,
+    /// Tool wait before this turn, ms (extracted and capped; 0 for the first turn).
+    pub pre_gap_ms: f64,
+    /// Estimated prompt tokens of this turn's request (system prompt, every earlier message and
+    /// answer, this delta, plus [`MESSAGE_OVERHEAD_TOKENS`] per message).
+    pub est_prompt_tokens: u64,
+    /// When the recorded request was sent, ms from the trace start (timed traces).
+    pub timestamp_ms: Option<f64>,
+}
+
+/// One planned session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedSession {
+    /// Session id from the trace.
+    pub id: Arc<str>,
+    /// Its own system message (shared prompt and the session's prompt), if any.
+    pub system: Option<Msg>,
+    /// Turns in order.
+    pub turns: Vec<PlannedTurn>,
+    /// Prompt plus pinned output at the last turn.
+    pub peak_context: u64,
+    /// Recording model (for reports).
+    pub model: Option<String>,
+}
+
+/// The shared system prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SystemPromptInfo {
+    /// Tokens asked for.
+    pub target_tokens: u32,
+    /// Tokens the prompt measures under the plan's counter.
+    pub actual_tokens: u32,
+    /// The text.
+    #[serde(skip)]
+    pub text: Arc<str>,
+}
+
+/// A validated plan: the sessions a runner plays, with everything precomputed.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The sessions of the pool, shuffled.
+    pub sessions: Vec<PlannedSession>,
+    /// The shared system prompt, if any.
+    pub system_prompt: Option<SystemPromptInfo>,
+    /// What counted tokens.
+    pub tokenizer: String,
+    /// The resolved configuration, for the record.
+    pub seed: u64,
+    /// Summary figures.
+    pub summary: PlanSummary,
+}
+
+/// Distribution summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Dist {
+    /// Smallest.
+    pub min: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// Linear-interpolation percentile of sorted values (`q` in 0..=1).
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let h = (sorted.len() - 1) as f64 * q.clamp(0.0, 1.0);
+    let lo = h.floor() as usize;
+    let hi = (lo + 1).min(sorted.len() - 1);
+    sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
+}
+
+impl Dist {
+    fn of(mut v: Vec<f64>) -> Option<Dist> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(Dist {
+            min: v[0],
+            p50: percentile(&v, 0.5),
+            p90: percentile(&v, 0.9),
+            max: v[v.len() - 1],
+        })
+    }
+}
+
+/// What `bench plan` prints. Keys are stable.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PlanSummary {
+    /// Where sessions came from.
+    pub dataset: String,
+    /// Sessions in the pool.
+    pub sessions: u64,
+    /// Turns in the pool.
+    pub turns: u64,
+    /// Σ estimated prompt tokens over every turn (what the server will prefill or find cached).
+    pub input_tokens: u64,
+    /// Σ tokens of the new messages only (the input deltas).
+    pub new_input_tokens: u64,
+    /// Σ pinned output tokens.
+    pub output_tokens: u64,
+    /// Σ recorded input tokens, when every turn has them.
+    pub recorded_input_tokens: Option<u64>,
+    /// Σ recorded output tokens, when every turn has them.
+    pub recorded_output_tokens: Option<u64>,
+    /// Σ recorded prefix-cache hits, when every turn has them.
+    pub recorded_cached_tokens: Option<u64>,
+    /// Tokens of the shared system prompt (0 when none).
+    pub system_prompt_tokens: u32,
+    /// Target and measured length of the shared system prompt.
+    pub system_prompt: Option<SystemPromptInfo>,
+    /// What counted tokens (`hf:qwen3`, `hf:<path>`, `chars/4`).
+    pub tokenizer: String,
+    /// Peak context of the sessions, tokens.
+    pub peak_context: Option<Dist>,
+    /// Turns per session.
+    pub turns_per_session: Option<Dist>,
+    /// Σ tool waits, seconds.
+    pub total_tool_wait_s: f64,
+    /// Tool waits cut to the cap.
+    pub capped_gaps: u64,
+    /// How tool waits were derived (`synthetic`, `extracted`, `raw`).
+    pub gap_source: String,
+    /// Output policy.
+    pub output_policy: Option<OutputPolicy>,
+    /// Sessions read from the dataset.
+    pub sessions_read: u64,
+    /// Invalid records skipped.
+    pub skipped_invalid: u64,
+    /// Sessions left out: too few turns.
+    pub excluded_min_turns: u64,
+    /// Sessions left out: no turns at all.
+    pub excluded_empty: u64,
+    /// Sessions left out: peak context outside the band.
+    pub excluded_context_band: u64,
+    /// Messages whose recorded role was sent as `user`.
+    pub coerced_roles: u64,
+    /// Estimated wall time at 250, 1,000 and 4,000 output tok/s: Σ output tokens ÷ rate
+    /// (tool waits overlap across sessions and are not added).
+    pub est_wall_time_s: HashMap<String, f64>,
+    /// Facts worth telling (e.g. fewer eligible sessions than asked).
+    pub notes: Vec<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Interns message texts so each distinct text is stored and counted once.
+#[derive(Default)]
+struct Interner {
+    ids: HashMap<Arc<str>, u32>,
+    texts: Vec<Arc<str>>,
+}
+
+impl Interner {
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let a: Arc<str> = Arc::from(s);
+        let id = self.texts.len() as u32;
+        self.texts.push(a.clone());
+        self.ids.insert(a, id);
+        id
+    }
+}
+
+/// A session reduced to interned ids, kept while selecting.
+struct Candidate {
+    id: Arc<str>,
+    model: Option<String>,
+    /// Its gaps are already pure tool waits (synthetic sessions).
+    synthetic_gaps: bool,
+    system: Option<u32>,
+    turns: Vec<CandTurn>,
+}
+
+struct CandTurn {
+    delta: Vec<(Role, u32)>,
+    answer: u32,
+    rec: TurnRecord,
+}
+
+/// Recording-rate table of agentic-bench 0.2.0 (Apache-2.0; `data/NOTICE`): output tok/s of
+/// the model that recorded each trajectory, used to split recorded step intervals into
+/// generation and tool wait.
+static RECORDING_RATES: &str = include_str!("../data/recording_rates.json");
+
+/// Output tokens/s by recording model, and the pooled fallback.
+#[derive(Debug, Clone)]
+pub struct RecordingRates {
+    /// Per model.
+    pub by_model: HashMap<String, f64>,
+    /// When neither the model nor the session gives a rate.
+    pub pooled: f64,
+}
+
+impl RecordingRates {
+    /// The bundled table.
+    pub fn bundled() -> RecordingRates {
+        let v: serde_json::Value = serde_json::from_str(RECORDING_RATES).unwrap_or_default();
+        let mut by_model = HashMap::new();
+        let mut pooled = 140.0;
+        if let Some(o) = v.as_object() {
+            for (k, v) in o {
+                match (k.as_str(), v.as_f64()) {
+                    ("_pooled", Some(r)) => pooled = r,
+                    (k, Some(r)) if !k.starts_with('_') && r > 0.0 => {
+                        by_model.insert(k.to_string(), r);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        RecordingRates { by_model, pooled }
+    }
+}
+
+/// Tool waits of one session from its recorded step intervals: each interval (previous
+/// request → this request) minus the previous turn's generation time at the recording rate
+/// (model table, else the session's own 5th-percentile rate from ≥ 20 intervals, else
+/// pooled), never below 0. The first turn's wait is 0.
+pub fn extract_tool_waits(
+    intervals_ms: &[f64],
+    prev_output_tokens: &[u64],
+    model: Option<&str>,
+    rates: &RecordingRates,
+) -> Vec<f64> {
+    let rate = model
+        .and_then(|m| rates.by_model.get(m).copied())
+        .or_else(|| {
+            let mut per_tok: Vec<f64> = intervals_ms
+                .iter()
+                .zip(prev_output_tokens)
+                .skip(1)
+                .filter(|(i, o)| **i > 0.0 && **o > 0)
+                .map(|(i, o)| i / 1000.0 / *o as f64)
+                .collect();
+            if per_tok.len() >= 20 {
+                per_tok.sort_by(f64::total_cmp);
+                let p5 = percentile(&per_tok, 0.05);
+                (p5 > 0.0).then(|| 1.0 / p5)
+            } else {
+                None
+            }
+        })
+        .unwrap_or(rates.pooled);
+    intervals_ms
+        .iter()
+        .zip(prev_output_tokens)
+        .enumerate()
+        .map(|(k, (i, o))| {
+            if k == 0 {
+                0.0
+            } else {
+                (i - *o as f64 / rate * 1000.0).max(0.0)
+            }
+        })
+        .collect()
+}
+
+/// Builds a shared system prompt of exactly `target` tokens under `counter` (as close as the
+/// tokenizer allows; the actual count is measured and recorded).
+pub fn system_prompt(counter: &TokenCounter, target: u32) -> SystemPromptInfo {
+    const BASE: &str = "You are an autonomous software engineering agent working in a sandboxed \
+        repository. Read the task carefully, inspect the relevant files, run commands to \
+        reproduce problems, and make minimal, well-tested changes. Explain each step briefly \
+        before you act, prefer standard tools, never invent file contents, and stop when the \
+        tests pass. ";
+    if target == 0 {
+        return SystemPromptInfo {
+            target_tokens: 0,
+            actual_tokens: 0,
+            text: Arc::from(""),
+        };
+    }
+    let text = if let Some(base_ids) = counter.encode(BASE) {
+        // Boundaries between repetitions can merge tokens: tile with room to spare.
+        let reps = (target as usize).div_ceil(base_ids.len().max(2) - 1) + 2;
+        let tiled = BASE.repeat(reps);
+        let ids = counter.encode(&tiled).unwrap_or_default();
+        let mut take = (target as usize).min(ids.len());
+        let mut best = counter.decode(&ids[..take]).unwrap_or_default();
+        // Decoding and re-encoding can merge or split at the cut: nudge until exact.
+        for _ in 0..16 {
+            let n = counter.count(&best) as usize;
+            if n == target as usize {
+                break;
+            }
+            take = if n > target as usize {
+                take.saturating_sub(n - target as usize)
+            } else {
+                (take + (target as usize - n)).min(ids.len())
+            };
+            best = counter.decode(&ids[..take]).unwrap_or_default();
+        }
+        best
+    } else {
+        let chars = target as usize * 4;
+        BASE.chars().cycle().take(chars).collect()
+    };
+    let actual = counter.count(&text);
+    SystemPromptInfo {
+        target_tokens: target,
+        actual_tokens: actual,
+        text: Arc::from(text),
+    }
+}
+
+fn json_message(role: Role, content: &str) -> Arc<str> {
+    let mut s = String::with_capacity(content.len() + 32);
+    s.push_str("{\"role\":\"");
+    s.push_str(role.as_str());
+    s.push_str("\",\"content\":");
+    // Serializing a str cannot fail.
+    s.push_str(&serde_json::to_string(content).unwrap_or_else(|_| "\"\"".into()));
+    s.push('}');
+    Arc::from(s)
+}
+
+/// Synthetic sessions of `--dataset random`.
+fn synthetic_sessions(
+    spec: &SyntheticSpec,
+    n: u32,
+    seed: u64,
+    gap_cap_ms: f64,
+) -> Vec<SessionRecord> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5e55_1011);
+    (0..n)
+        .map(|s| {
+            let turns = (0..spec.turns)
+                .map(|t| {
+                    let base = (u64::from(s) << 32) | u64::from(t);
+                    let user = crate::text::filler(
+                        seed ^ base.wrapping_mul(0x9e37_79b9),
+                        spec.input_increment,
+                    );
+                    let answer = crate::text::filler(
+                        seed ^ base.wrapping_mul(0x85eb_ca6b) ^ 1,
+                        spec.output_len,
+                    );
+                    let mut rec = TurnRecord::new(
+                        t,
+                        vec![crate::format::Message {
+                            role: "user".into(),
+                            content: user,
+                        }],
+                        answer,
+                    );
+                    rec.output_tokens = Some(u64::from(spec.output_len));
+                    rec.pre_gap_ms = Some(if t == 0 {
+                        0.0
+                    } else {
+                        spec.gap.sample(&mut rng).min(gap_cap_ms)
+                    });
+                    rec
+                })
+                .collect();
+            SessionRecord {
+                session_id: format!("random-{s}"),
+                source: Some(crate::format::Source {
+                    dataset: Some("random".into()),
+                    ..Default::default()
+                }),
+                system_prompt: None,
+                turns,
+            }
+        })
+        .collect()
+}
+
+/// Loads, selects and shapes sessions into a [`Plan`].
+pub fn build_plan(cfg: PlanConfig) -> Result<Plan, PlanError> {
+    cfg.validate()?;
+    let counter = TokenCounter::load(&cfg.tokenizer)?;
+    build_plan_with(cfg, &counter)
+}
+
+/// [`build_plan`] with an already loaded counter (loading the tokenizer takes a moment).
+pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Plan, PlanError> {
+    cfg.validate()?;
+    let mut summary = PlanSummary {
+        tokenizer: counter.name().to_string(),
+        ..PlanSummary::default()
+    };
+    let mut interner = Interner::default();
+    let mut candidates: Vec<Candidate> = Vec::new();
+
+    // 1. Read sessions, cut and filter by turns, intern their texts.
+    let mut report = LoadReport::default();
+    let is_synthetic = matches!(cfg.dataset, DatasetSpec::Random(_));
+    {
+        let min_turns = |c: &PlanConfig| c.min_turns.unwrap_or(1);
+        let mut take = |rec: SessionRecord,
+                        cfg: &PlanConfig,
+                        summary: &mut PlanSummary,
+                        interner: &mut Interner|
+         -> Result<(), PlanError> {
+            summary.sessions_read += 1;
+            let mut rec = rec;
+            if rec.turns.is_empty() {
+                summary.excluded_empty += 1;
+                return Ok(());
+            }
+            if (rec.turns.len() as u64) < u64::from(min_turns(cfg)) {
+                summary.excluded_min_turns += 1;
+                return Ok(());
+            }
+            if let Some(max) = cfg.max_turns {
+                rec.turns.truncate(max as usize);
+            }
+            let system = rec
+                .system_prompt
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .map(|s| interner.id(s));
+            let turns = rec
+                .turns
+                .into_iter()
+                .map(|mut t| {
+                    let delta = t
+                        .input_delta
+                        .iter()
+                        .map(|m| {
+                            let (role, coerced) = Role::coerce(&m.role);
+                            summary.coerced_roles += u64::from(coerced);
+                            (role, interner.id(&m.content))
+                        })
+                        .collect();
+                    let answer = interner.id(&t.assistant_text);
+                    t.input_delta = Vec::new();
+                    t.assistant_text = String::new();
+                    CandTurn {
+                        delta,
+                        answer,
+                        rec: t,
+                    }
+                })
+                .collect();
+            let synthetic_gaps = rec
+                .source
+                .as_ref()
+                .and_then(|s| s.dataset.as_deref())
+                .is_some_and(|d| d == "synthetic" || d == "random");
+            candidates.push(Candidate {
+                id: Arc::from(rec.session_id),
+                model: rec.source.and_then(|s| s.model),
+                synthetic_gaps,
+                system,
+                turns,
+            });
+            Ok(())
+        };
+        match cfg.dataset.clone() {
+            DatasetSpec::Path(p) => {
+                let (_, manifest) = load::dataset_files(&p)?;
+                if let Some(m) = &manifest {
+                    cfg.apply_manifest(m)?;
+                    cfg.validate()?;
+                }
+                summary.dataset = p.display().to_string();
+                let c = cfg.clone();
+                report = load::for_each_session(
+                    &p,
+                    LoadOptions {
+                        skip_invalid: cfg.skip_invalid,
+                    },
+                    &mut |rec| take(rec, &c, &mut summary, &mut interner),
+                )?;
+            }
+            DatasetSpec::Sample => {
+                summary.dataset = "sample (bundled)".into();
+                let c = cfg.clone();
+                load::read_sessions(
+                    std::path::Path::new("sample.jsonl.zst"),
+                    SAMPLE,
+                    LoadOptions::default(),
+                    &mut report,
+                    &mut |rec| take(rec, &c, &mut summary, &mut interner),
+                )?;
+            }
+            DatasetSpec::Random(spec) => {
+                summary.dataset = format!(
+                    "random (turns {}, input +{} per turn, output {})",
+                    spec.turns, spec.input_increment, spec.output_len
+                );
+                let n = cfg
+                    .num_sessions
+                    .unwrap_or(cfg.concurrency.saturating_mul(2));
+                let c = cfg.clone();
+                for rec in synthetic_sessions(&spec, n, cfg.seed, cfg.gap_cap_ms) {
+                    take(rec, &c, &mut summary, &mut interner)?;
+                }
+            }
+        }
+    }
+    summary.skipped_invalid = report.skipped;
+    if candidates.is_empty() {
+        return Err(PlanError::Empty(format!(
+            "no session is left to plan: {} read, {} with no turns, {} with fewer than {} turns",
+            summary.sessions_read,
+            summary.excluded_empty,
+            summary.excluded_min_turns,
+            cfg.min_turns.unwrap_or(1)
+        )));
+    }
+
+    // 2. Count every distinct text once, in parallel.
+    let texts: Vec<&str> = interner.texts.iter().map(|a| &**a).collect();
+    let counts = counter.count_all(&texts);
+
+    // 3. The shared system prompt.
+    let sp = cfg
+        .system_prompt_tokens
+        .filter(|&t| t > 0)
+        .map(|t| system_prompt(counter, t));
+    let sp_tokens = sp.as_ref().map_or(0, |s| u64::from(s.actual_tokens));
+
+    // 4. Output pinning, prompt estimates, the peak-context band.
+    let policy = cfg.output.unwrap_or(OutputPolicy::Trace);
+    struct Shaped {
+        cand: Candidate,
+        outputs: Vec<u32>,
+        prompts: Vec<u64>,
+        peak: u64,
+    }
+    let mut shaped = Vec::with_capacity(candidates.len());
+    let mut peaks_all = Vec::new();
+    for cand in candidates {
+        let n = cand.turns.len() as u64;
+        let outputs: Vec<u32> = cand
+            .turns
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match policy {
+                OutputPolicy::Trace => {
+                    let recorded = t.rec.output_tokens.filter(|&o| o > 0);
+                    let v = recorded.unwrap_or(u64::from(counts[t.answer as usize]));
+                    u32::try_from(v.max(1)).unwrap_or(u32::MAX)
+                }
+                OutputPolicy::Fixed { tokens } => tokens,
+                OutputPolicy::Budget { tokens } => {
+                    let base = tokens / n;
+                    let extra = u64::from((i as u64) < tokens % n);
+                    u32::try_from((base + extra).max(1)).unwrap_or(u32::MAX)
+                }
+            })
+            .collect();
+        let mut ctx = if sp_tokens > 0 || cand.system.is_some() {
+            sp_tokens
+                + cand.system.map_or(0, |s| u64::from(counts[s as usize]))
+                + MESSAGE_OVERHEAD_TOKENS
+        } else {
+            0
+        };
+        let mut prompts = Vec::with_capacity(cand.turns.len());
+        for t in &cand.turns {
+            for (_, id) in &t.delta {
+                ctx += u64::from(counts[*id as usize]) + MESSAGE_OVERHEAD_TOKENS;
+            }
+            prompts.push(ctx);
+            ctx += u64::from(counts[t.answer as usize]) + MESSAGE_OVERHEAD_TOKENS;
+        }
+        let last = prompts.len() - 1;
+        let peak = prompts[last] + u64::from(outputs[last]);
+        peaks_all.push(peak);
+        if cfg.min_context.is_some_and(|lo| peak < lo)
+            || cfg.max_context.is_some_and(|hi| peak > hi)
+        {
+            summary.excluded_context_band += 1;
+            continue;
+        }
+        shaped.push(Shaped {
+            cand,
+            outputs,
+            prompts,
+            peak,
+        });
+    }
+    if shaped.is_empty() {
+        let (lo, hi) = (
+            peaks_all.iter().min().copied().unwrap_or(0),
+            peaks_all.iter().max().copied().unwrap_or(0),
+        );
+        return Err(PlanError::Empty(format!(
+            "the peak-context band {}..{} tokens excludes all {} sessions (their peaks, with a \
+             {sp_tokens}-token system prompt and pinned output, range {lo}..{hi})",
+            cfg.min_context.map_or("0".into(), |v| v.to_string()),
+            cfg.max_context.map_or("∞".into(), |v| v.to_string()),
+            peaks_all.len(),
+        )));
+    }
+
+    // 5. Seeded shuffle, then the pool size.
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    if !is_synthetic {
+        shaped.shuffle(&mut rng);
+    }
+    let want = cfg
+        .num_sessions
+        .unwrap_or(cfg.concurrency.saturating_mul(2)) as usize;
+    if shaped.len() < want {
+        summary.notes.push(format!(
+            "{want} sessions asked for, {} eligible: the pool holds {} (a duration run loops over it)",
+            shaped.len(),
+            shaped.len()
+        ));
+    }
+    shaped.truncate(want);
+
+    // 6. Tool waits.
+    let rates = RecordingRates::bundled();
+    summary.gap_source = if is_synthetic {
+        "synthetic".into()
+    } else if cfg.raw_gaps {
+        "raw".into()
+    } else {
+        "extracted".into()
+    };
+
+    // 7. Messages, encoded once.
+    let mut msgs: HashMap<(Role, u32), Msg> = HashMap::new();
+    let mut msg = |role: Role, id: u32| -> Msg {
+        msgs.entry((role, id))
+            .or_insert_with(|| {
+                let content = interner.texts[id as usize].clone();
+                Arc::new(PlannedMessage {
+                    role,
+                    json: json_message(role, &content),
+                    content,
+                    tokens: counts[id as usize],
+                })
+            })
+            .clone()
+    };
+    let shared_system = sp.as_ref().map(|s| s.text.clone());
+    let mut system_msgs: HashMap<Option<u32>, Msg> = HashMap::new();
+
+    let mut sessions = Vec::with_capacity(shaped.len());
+    let (mut all_rec_in, mut all_rec_out, mut all_rec_cached) = (true, true, true);
+    let (mut rec_in, mut rec_out, mut rec_cached) = (0u64, 0u64, 0u64);
+    for s in shaped {
+        let Shaped {
+            cand,
+            outputs,
+            prompts,
+            peak,
+        } = s;
+        let intervals: Vec<f64> = cand
+            .turns
+            .iter()
+            .map(|t| t.rec.pre_gap_ms.unwrap_or(0.0))
+            .collect();
+        let prev_out: Vec<u64> = std::iter::once(0)
+            .chain(cand.turns.iter().map(|t| {
+                t.rec
+                    .output_tokens
+                    .unwrap_or(u64::from(counts[t.answer as usize]))
+            }))
+            .take(cand.turns.len())
+            .collect();
+        let waits = if is_synthetic || cfg.raw_gaps || cand.synthetic_gaps {
+            intervals
+                .iter()
+                .enumerate()
+                .map(|(k, g)| if k == 0 { 0.0 } else { *g })
+                .collect()
+        } else {
+            extract_tool_waits(&intervals, &prev_out, cand.model.as_deref(), &rates)
+        };
+        let system = if shared_system.is_some() || cand.system.is_some() {
+            let key = cand.system;
+            Some(
+                system_msgs
+                    .entry(key)
+                    .or_insert_with(|| {
+                        let text: String = match (&shared_system, key) {
+                            (Some(sh), Some(own)) => {
+                                format!("{sh}\n\n{}", interner.texts[own as usize])
+                            }
+                            (Some(sh), None) => sh.to_string(),
+                            (None, Some(own)) => interner.texts[own as usize].to_string(),
+                            (None, None) => String::new(),
+                        };
+                        let tokens = counter.count(&text);
+                        Arc::new(PlannedMessage {
+                            role: Role::System,
+                            json: json_message(Role::System, &text),
+                            content: Arc::from(text),
+                            tokens,
+                        })
+                    })
+                    .clone(),
+            )
+        } else {
+            None
+        };
+        let mut turns = Vec::with_capacity(cand.turns.len());
+        for (k, t) in cand.turns.into_iter().enumerate() {
+            let mut gap = waits[k];
+            if gap > cfg.gap_cap_ms {
+                gap = cfg.gap_cap_ms;
+                summary.capped_gaps += 1;
+            }
+            summary.total_tool_wait_s += gap / 1000.0;
+            match t.rec.input_tokens {
+                Some(v) => rec_in += v,
+                None => all_rec_in = false,
+            }
+            match t.rec.output_tokens {
+                Some(v) => rec_out += v,
+                None => all_rec_out = false,
+            }
+            match t.rec.cached_tokens {
+                Some(v) => rec_cached += v,
+                None => all_rec_cached = false,
+            }
+            let delta: Vec<Msg> = t.delta.iter().map(|(r, id)| msg(*r, *id)).collect();
+            summary.new_input_tokens += delta.iter().map(|m| u64::from(m.tokens)).sum::<u64>();
+            summary.input_tokens += prompts[k];
+            summary.output_tokens += u64::from(outputs[k]);
+            turns.push(PlannedTurn {
+                index: k as u32,
+                input_delta: delta,
+                assistant: msg(Role::Assistant, t.answer),
+                max_output_tokens: outputs[k],
+                recorded_output_tokens: t.rec.output_tokens,
+                recorded_input_tokens: t.rec.input_tokens,
+                recorded_cached_tokens: t.rec.cached_tokens,
+                pre_gap_ms: gap,
+                est_prompt_tokens: prompts[k],
+                timestamp_ms: t.rec.timestamp_ms,
+            });
+        }
+        summary.turns += turns.len() as u64;
+        sessions.push(PlannedSession {
+            id: cand.id,
+            system,
+            turns,
+            peak_context: peak,
+            model: cand.model,
+        });
+    }
+    summary.sessions = sessions.len() as u64;
+    summary.recorded_input_tokens = all_rec_in.then_some(rec_in);
+    summary.recorded_output_tokens = all_rec_out.then_some(rec_out);
+    summary.recorded_cached_tokens = all_rec_cached.then_some(rec_cached);
+    summary.system_prompt_tokens = sp.as_ref().map_or(0, |s| s.actual_tokens);
+    summary.system_prompt = sp.clone();
+    summary.peak_context = Dist::of(sessions.iter().map(|s| s.peak_context as f64).collect());
+    summary.turns_per_session = Dist::of(sessions.iter().map(|s| s.turns.len() as f64).collect());
+    summary.output_policy = Some(policy);
+    for rate in [250u32, 1000, 4000] {
+        summary.est_wall_time_s.insert(
+            rate.to_string(),
+            summary.output_tokens as f64 / f64::from(rate),
+        );
+    }
+    if summary.skipped_invalid > 0 {
+        summary.notes.push(format!(
+            "{} invalid records skipped (first: {})",
+            summary.skipped_invalid,
+            report.skipped_examples.first().cloned().unwrap_or_default()
+        ));
+    }
+    Ok(Plan {
+        sessions,
+        system_prompt: sp,
+        tokenizer: counter.name().to_string(),
+        seed: cfg.seed,
+        summary,
+    })
+}

@@ -1,0 +1,11 @@
+//! Integration tests of `bench-workload`.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod import;
+mod plan;
+
+use std::path::PathBuf;
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}

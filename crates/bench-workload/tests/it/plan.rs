@@ -1,0 +1,561 @@
+//! Loading and planning: every knob, the edge cases, and counts checked against an
+//! independent tokenizer computation.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use bench_workload::PlanError;
+use bench_workload::plan::{
+    DatasetSpec, GapPolicy, MESSAGE_OVERHEAD_TOKENS, OutputPolicy, PlanConfig, RecordingRates,
+    SyntheticSpec, build_plan_with, extract_tool_waits,
+};
+use bench_workload::tokenize::{TokenCounter, TokenizerSpec};
+use serde_json::json;
+
+/// The embedded tokenizer, loaded once for the whole test binary.
+fn qwen3() -> &'static TokenCounter {
+    static C: OnceLock<TokenCounter> = OnceLock::new();
+    C.get_or_init(|| TokenCounter::load(&TokenizerSpec::Qwen3).unwrap())
+}
+
+/// The same tokenizer loaded independently, straight from the fixture file.
+fn reference_tokenizer() -> &'static tokenizers::Tokenizer {
+    static T: OnceLock<tokenizers::Tokenizer> = OnceLock::new();
+    T.get_or_init(|| {
+        let gz =
+            std::fs::read(crate::fixtures().join("tokenizer/qwen3/tokenizer.json.gz")).unwrap();
+        let mut json = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut json)
+            .unwrap();
+        tokenizers::Tokenizer::from_bytes(&json).unwrap()
+    })
+}
+
+fn ref_count(s: &str) -> u64 {
+    reference_tokenizer().encode(s, false).unwrap().len() as u64
+}
+
+/// A fresh temporary directory.
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("bench-workload-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write_lines(path: &Path, lines: &[String]) {
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+fn session(id: &str, turns: &[(&str, &str)]) -> serde_json::Value {
+    json!({
+        "session_id": id,
+        "source": {"dataset": "test", "model": "openai/gpt-5.4"},
+        "turns": turns.iter().enumerate().map(|(i, (u, a))| json!({
+            "index": i,
+            "input_delta": [{"role": if i == 0 { "user" } else { "tool" }, "content": u}],
+            "assistant_text": a,
+            "output_tokens": 7,
+            "input_tokens": 100 * (i + 1),
+            "pre_gap_ms": if i == 0 { 0.0 } else { 2000.0 },
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn plan(cfg: PlanConfig) -> Result<bench_workload::plan::Plan, PlanError> {
+    build_plan_with(cfg, qwen3())
+}
+
+fn path_cfg(p: &Path) -> PlanConfig {
+    let mut c = PlanConfig::new(DatasetSpec::Path(p.to_path_buf()));
+    c.concurrency = 50;
+    c
+}
+
+#[test]
+fn counts_match_an_independent_tokenizer_computation() {
+    let d = tempdir("counts");
+    let sessions = [
+        session(
+            "a",
+            &[
+                (
+                    "Fix the failing test in parser.rs",
+                    "Let me look at the file.",
+                ),
+                ("cat parser.rs\nfn main() {}", "The bug is on line 3."),
+            ],
+        ),
+        session("b", &[("Ünïcödé and emoji 🚀 in the prompt", "Noted.")]),
+        session("c", &[("one", "two"), ("three", "four"), ("five", "six")]),
+    ];
+    write_lines(
+        &d.join("trace.jsonl"),
+        &sessions.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+    );
+    let p = plan(path_cfg(&d)).unwrap();
+    let s = &p.summary;
+    assert_eq!(s.sessions, 3);
+    assert_eq!(s.turns, 6);
+    assert_eq!(s.tokenizer, "hf:qwen3");
+    // Independent expectations.
+    let (mut new_in, mut input, mut output) = (0u64, 0u64, 0u64);
+    for sess in &sessions {
+        let mut ctx = 0u64;
+        for t in sess["turns"].as_array().unwrap() {
+            let u = ref_count(t["input_delta"][0]["content"].as_str().unwrap());
+            new_in += u;
+            ctx += u + MESSAGE_OVERHEAD_TOKENS;
+            input += ctx;
+            output += 7;
+            ctx += ref_count(t["assistant_text"].as_str().unwrap()) + MESSAGE_OVERHEAD_TOKENS;
+        }
+    }
+    assert_eq!(s.new_input_tokens, new_in);
+    assert_eq!(s.input_tokens, input);
+    assert_eq!(s.output_tokens, output);
+    assert_eq!(
+        s.recorded_input_tokens,
+        Some(100 + 200 + 100 + 100 + 200 + 300)
+    );
+    assert_eq!(s.recorded_output_tokens, Some(42));
+    assert_eq!(
+        s.recorded_cached_tokens, None,
+        "not recorded → null, never 0"
+    );
+    assert_eq!(s.coerced_roles, 3, "tool messages are sent as user");
+    // Every message's JSON is ready to splice into a request body.
+    for sess in &p.sessions {
+        for t in &sess.turns {
+            for m in &t.input_delta {
+                let v: serde_json::Value = serde_json::from_str(&m.json).unwrap();
+                assert_eq!(v["role"], "user");
+                assert_eq!(v["content"].as_str().unwrap(), &*m.content);
+            }
+        }
+    }
+}
+
+#[test]
+fn synthetic_workload_has_exact_shape() {
+    let spec = SyntheticSpec {
+        turns: 4,
+        input_increment: 100,
+        output_len: 20,
+        gap: GapPolicy::Exponential(3000.0),
+    };
+    let mut cfg = PlanConfig::new(DatasetSpec::Random(spec));
+    cfg.num_sessions = Some(6);
+    cfg.gap_cap_ms = 5000.0;
+    cfg.seed = 7;
+    let p = plan(cfg.clone()).unwrap();
+    assert_eq!(p.summary.sessions, 6);
+    assert_eq!(p.summary.turns, 24);
+    // Every word is one token: exact counts under the real tokenizer.
+    assert_eq!(p.summary.new_input_tokens, 24 * 100);
+    for s in &p.sessions {
+        assert_eq!(s.turns[0].pre_gap_ms, 0.0, "first turn never waits");
+        for t in &s.turns {
+            assert!(t.pre_gap_ms <= 5000.0);
+            assert_eq!(t.max_output_tokens, 20);
+            assert_eq!(ref_count(&t.input_delta[0].content), 100);
+            assert_eq!(ref_count(&t.assistant.content), 20);
+        }
+    }
+    assert!(
+        p.sessions
+            .iter()
+            .any(|s| s.turns[1..].iter().any(|t| t.pre_gap_ms > 0.0))
+    );
+    // Same seed, same plan; another seed, other text.
+    let again = plan(cfg.clone()).unwrap();
+    assert_eq!(again.sessions, p.sessions);
+    cfg.seed = 8;
+    let other = plan(cfg).unwrap();
+    assert_ne!(
+        other.sessions[0].turns[0].input_delta[0].content,
+        p.sessions[0].turns[0].input_delta[0].content
+    );
+}
+
+#[test]
+fn pool_defaults_to_twice_the_concurrency_and_shuffle_is_seeded() {
+    let d = tempdir("pool");
+    let lines: Vec<String> = (0..40)
+        .map(|i| session(&format!("s{i}"), &[("hi", "yo")]).to_string())
+        .collect();
+    write_lines(&d.join("t.jsonl"), &lines);
+    let mut cfg = path_cfg(&d);
+    cfg.concurrency = 8;
+    let a = plan(cfg.clone()).unwrap();
+    assert_eq!(a.summary.sessions, 16);
+    let ids = |p: &bench_workload::plan::Plan| {
+        p.sessions
+            .iter()
+            .map(|s| s.id.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&a), ids(&plan(cfg.clone()).unwrap()));
+    cfg.seed = 1;
+    assert_ne!(ids(&a), ids(&plan(cfg.clone()).unwrap()));
+    // More asked than eligible: all of them, with a note.
+    cfg.num_sessions = Some(100);
+    let all = plan(cfg).unwrap();
+    assert_eq!(all.summary.sessions, 40);
+    assert!(
+        all.summary
+            .notes
+            .iter()
+            .any(|n| n.contains("100 sessions asked for, 40 eligible"))
+    );
+}
+
+#[test]
+fn turn_filters_cut_but_never_pad() {
+    let d = tempdir("turns");
+    write_lines(
+        &d.join("t.jsonl"),
+        &[
+            session("one", &[("a", "b")]).to_string(),
+            session("three", &[("a", "b"), ("c", "d"), ("e", "f")]).to_string(),
+            json!({"session_id": "empty", "turns": []}).to_string(),
+        ],
+    );
+    let mut cfg = path_cfg(&d);
+    cfg.min_turns = Some(2);
+    cfg.max_turns = Some(2);
+    let p = plan(cfg).unwrap();
+    assert_eq!(p.summary.sessions, 1);
+    assert_eq!(p.sessions[0].turns.len(), 2, "cut to --max-turns");
+    assert_eq!(p.summary.excluded_min_turns, 1);
+    assert_eq!(p.summary.excluded_empty, 1);
+    let mut cfg = path_cfg(&d);
+    cfg.max_turns = Some(10);
+    let p = plan(cfg).unwrap();
+    let mut lens: Vec<usize> = p.sessions.iter().map(|s| s.turns.len()).collect();
+    lens.sort();
+    assert_eq!(lens, [1, 3], "never padded");
+}
+
+#[test]
+fn context_band_counts_the_system_prompt_and_can_exclude_everything() {
+    let d = tempdir("band");
+    write_lines(
+        &d.join("t.jsonl"),
+        &[session("a", &[("hello there", "hi")]).to_string()],
+    );
+    let base = plan(path_cfg(&d)).unwrap().sessions[0].peak_context;
+    let mut cfg = path_cfg(&d);
+    cfg.system_prompt_tokens = Some(500);
+    let with_sp = plan(cfg.clone()).unwrap();
+    assert_eq!(with_sp.summary.system_prompt_tokens, 500);
+    assert_eq!(
+        with_sp.sessions[0].peak_context,
+        base + 500 + MESSAGE_OVERHEAD_TOKENS
+    );
+    // Room for the prompt alone, not for the session on top of it.
+    cfg.max_context = Some(500 + MESSAGE_OVERHEAD_TOKENS + base - 1);
+    let e = plan(cfg).unwrap_err().to_string();
+    assert!(e.contains("excludes all 1 sessions"), "{e}");
+    assert!(e.contains("500-token system prompt"), "{e}");
+}
+
+#[test]
+fn system_prompt_is_tiled_to_the_exact_token_count() {
+    for target in [1u32, 17, 2000, 8192] {
+        let sp = bench_workload::plan::system_prompt(qwen3(), target);
+        assert_eq!(sp.actual_tokens, target);
+        assert_eq!(ref_count(&sp.text), u64::from(target));
+    }
+    let chars = TokenCounter::load(&TokenizerSpec::Chars).unwrap();
+    let sp = bench_workload::plan::system_prompt(&chars, 100);
+    assert_eq!(sp.actual_tokens, 100);
+}
+
+#[test]
+fn shared_messages_are_not_copied() {
+    let spec = SyntheticSpec::default();
+    let mut cfg = PlanConfig::new(DatasetSpec::Random(spec));
+    cfg.num_sessions = Some(3);
+    cfg.system_prompt_tokens = Some(64);
+    let p = plan(cfg).unwrap();
+    let a = p.sessions[0].system.as_ref().unwrap();
+    let b = p.sessions[2].system.as_ref().unwrap();
+    assert!(
+        Arc::ptr_eq(a, b),
+        "one system message shared by every session"
+    );
+}
+
+#[test]
+fn output_policies() {
+    let d = tempdir("output");
+    write_lines(
+        &d.join("t.jsonl"),
+        &[session("a", &[("a", "b"), ("c", "d"), ("e", "f")]).to_string()],
+    );
+    let mut cfg = path_cfg(&d);
+    cfg.output = Some("fixed:9".parse().unwrap());
+    let p = plan(cfg.clone()).unwrap();
+    assert!(p.sessions[0].turns.iter().all(|t| t.max_output_tokens == 9));
+    cfg.output = Some("budget:100".parse().unwrap());
+    let p = plan(cfg.clone()).unwrap();
+    let outs: Vec<u32> = p.sessions[0]
+        .turns
+        .iter()
+        .map(|t| t.max_output_tokens)
+        .collect();
+    assert_eq!(outs, [34, 33, 33]);
+    cfg.output = Some(OutputPolicy::Trace);
+    let p = plan(cfg).unwrap();
+    assert!(
+        p.sessions[0].turns.iter().all(|t| t.max_output_tokens == 7),
+        "recorded counts"
+    );
+    for bad in ["fixed:0", "fixed:-3", "budget:x", "bogus", "trace:1"] {
+        assert!(bad.parse::<OutputPolicy>().is_err(), "{bad}");
+    }
+    for bad in [
+        "fixed:-1",
+        "uniform:5",
+        "uniform:9,1",
+        "exponential:0",
+        "poisson:3",
+        "zero:1",
+    ] {
+        assert!(bad.parse::<GapPolicy>().is_err(), "{bad}");
+    }
+    assert_eq!(
+        "uniform:1,5".parse::<GapPolicy>().unwrap(),
+        GapPolicy::Uniform(1.0, 5.0)
+    );
+}
+
+#[test]
+fn knobs_are_validated_naming_the_flag() {
+    let mk = || PlanConfig::new(DatasetSpec::Sample);
+    let cases: Vec<(PlanConfig, &str)> = vec![
+        (
+            {
+                let mut c = mk();
+                c.max_turns = Some(0);
+                c
+            },
+            "--max-turns",
+        ),
+        (
+            {
+                let mut c = mk();
+                c.min_turns = Some(5);
+                c.max_turns = Some(2);
+                c
+            },
+            "--min-turns",
+        ),
+        (
+            {
+                let mut c = mk();
+                c.min_context = Some(9);
+                c.max_context = Some(2);
+                c
+            },
+            "--min-context",
+        ),
+        (
+            {
+                let mut c = mk();
+                c.num_sessions = Some(0);
+                c
+            },
+            "--num-sessions",
+        ),
+        (
+            {
+                let mut c = mk();
+                c.concurrency = 0;
+                c
+            },
+            "--concurrency",
+        ),
+        (
+            {
+                let mut c = mk();
+                c.gap_cap_ms = -1.0;
+                c
+            },
+            "--gap-cap-ms",
+        ),
+        (
+            {
+                let mut c = mk();
+                c.system_prompt_tokens = Some(4096);
+                c.max_context = Some(4096);
+                c
+            },
+            "--system-prompt-tokens",
+        ),
+        (
+            {
+                let mut c = PlanConfig::new(DatasetSpec::Random(SyntheticSpec {
+                    turns: 0,
+                    ..SyntheticSpec::default()
+                }));
+                c.seed = 1;
+                c
+            },
+            "--turns",
+        ),
+    ];
+    for (cfg, flag) in cases {
+        let e = plan(cfg).unwrap_err().to_string();
+        assert!(e.starts_with(flag), "{flag}: {e}");
+    }
+}
+
+#[test]
+fn bad_input_names_file_line_and_field() {
+    let d = tempdir("bad");
+    let f = d.join("t.jsonl");
+    let good = session("a", &[("x", "y")]).to_string();
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (format!("{good}\n{{not json\n").into_bytes(), "t.jsonl:2:"),
+        (
+            format!(
+                "{good}\n{}\n",
+                json!({"session_id": "b", "turns": [{"index": "zero"}]})
+            )
+            .into_bytes(),
+            "t.jsonl:2: turns[0].index",
+        ),
+        (
+            format!("{}\n", json!({"session_id": "b", "turns": [{"index": 1}]})).into_bytes(),
+            "turns[0].index: expected 0",
+        ),
+        (
+            format!(
+                "{}\n",
+                json!({"session_id": "b", "turns": [{"index": 0, "pre_gap_ms": -5}]})
+            )
+            .into_bytes(),
+            "pre_gap_ms",
+        ),
+        (
+            [good.as_bytes(), b"\n", b"{\"session_id\": \"\xff\"}\n"].concat(),
+            "t.jsonl:2: invalid UTF-8",
+        ),
+        (
+            format!("{}\n", json!({"turns": []})).into_bytes(),
+            "session_id",
+        ),
+        (Vec::new(), "no sessions found"),
+    ];
+    for (bytes, want) in cases {
+        std::fs::write(&f, &bytes).unwrap();
+        let e = plan(path_cfg(&f)).unwrap_err().to_string();
+        assert!(e.contains(want), "want {want:?} in {e:?}");
+        assert!(!e.contains('\n'), "one line: {e:?}");
+    }
+    // --skip-invalid counts and goes on.
+    std::fs::write(&f, format!("{good}\n{{oops\n{good}\n")).unwrap();
+    let mut cfg = path_cfg(&f);
+    cfg.skip_invalid = true;
+    let p = plan(cfg).unwrap();
+    assert_eq!(p.summary.skipped_invalid, 1);
+    assert_eq!(p.summary.sessions, 2);
+    // Missing file, and a directory with nothing usable.
+    let e = plan(path_cfg(&d.join("missing.jsonl")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("missing.jsonl") && e.contains("cannot read"),
+        "{e}"
+    );
+    let empty = tempdir("empty-dir");
+    std::fs::write(empty.join("notes.txt"), "hi").unwrap();
+    let e = plan(path_cfg(&empty)).unwrap_err().to_string();
+    assert!(e.contains("no .jsonl"), "{e}");
+}
+
+#[test]
+fn directories_zstd_json_files_and_manifest_defaults() {
+    let d = tempdir("dir");
+    let lines: Vec<String> = (0..5)
+        .map(|i| session(&format!("z{i}"), &[("a", "b"), ("c", "d"), ("e", "f")]).to_string())
+        .collect();
+    let zst = zstd::encode_all((lines.join("\n") + "\n").as_bytes(), 3).unwrap();
+    std::fs::write(d.join("part-1.jsonl.zst"), zst).unwrap();
+    std::fs::write(
+        d.join("one.json"),
+        session("j", &[("a", "b"), ("c", "d")]).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("manifest.json"),
+        json!({"max_turns": 2, "output_policy": "fixed:5"}).to_string(),
+    )
+    .unwrap();
+    let p = plan(path_cfg(&d)).unwrap();
+    assert_eq!(p.summary.sessions, 6);
+    assert!(
+        p.sessions.iter().all(|s| s.turns.len() <= 2),
+        "manifest max_turns"
+    );
+    assert!(
+        p.sessions
+            .iter()
+            .all(|s| s.turns.iter().all(|t| t.max_output_tokens == 5))
+    );
+    // Flags win over the manifest.
+    let mut cfg = path_cfg(&d);
+    cfg.max_turns = Some(3);
+    assert_eq!(plan(cfg).unwrap().summary.turns, 5 * 3 + 2);
+    // A bad manifest is named.
+    std::fs::write(d.join("manifest.json"), json!({"max_turn": 2}).to_string()).unwrap();
+    let e = plan(path_cfg(&d)).unwrap_err().to_string();
+    assert!(e.contains("manifest.json") && e.contains("max_turn"), "{e}");
+}
+
+#[test]
+fn tool_waits_subtract_the_recording_models_generation_time() {
+    let rates = RecordingRates::bundled();
+    assert_eq!(rates.pooled, 140.0);
+    let gpt = rates.by_model["openai/gpt-5.4"];
+    // 1,000 ms interval after a 100-token answer at the table's rate.
+    let w = extract_tool_waits(&[0.0, 1000.0], &[0, 100], Some("openai/gpt-5.4"), &rates);
+    assert!((w[1] - (1000.0 - 100.0 / gpt * 1000.0)).abs() < 1e-9);
+    assert_eq!(w[0], 0.0);
+    // Unknown model, few samples: the pooled rate; never negative.
+    let w = extract_tool_waits(&[0.0, 100.0], &[0, 1000], Some("nobody/unknown"), &rates);
+    assert_eq!(w[1], 0.0);
+    // Unknown model, ≥ 20 samples: the session's own 5th-percentile rate.
+    let n = 41;
+    let intervals: Vec<f64> = (0..n)
+        .map(|i| {
+            if i == 0 {
+                0.0
+            } else {
+                1000.0 + 10.0 * i as f64
+            }
+        })
+        .collect();
+    let outs: Vec<u64> = (0..n).map(|i| if i == 0 { 0 } else { 100 }).collect();
+    let w = extract_tool_waits(&intervals, &outs, None, &rates);
+    // Seconds per token 0.0101..0.0140; their 5th percentile (linear interpolation, rank
+    // 39 × 0.05 = 1.95) is 0.010295 s → 97.1 tok/s → a 100-token answer took 1,029.5 ms.
+    let gen_ms = 100.0 * 0.010295 * 1000.0;
+    assert_eq!(
+        w[1], 0.0,
+        "an interval shorter than the generation time leaves no wait"
+    );
+    assert!((w[n - 1] - (1400.0 - gen_ms)).abs() < 1e-6, "{}", w[n - 1]);
+}
+
+#[test]
+fn the_bundled_sample_plans_without_files() {
+    let p = plan(PlanConfig::new(DatasetSpec::Sample)).unwrap();
+    assert!(p.summary.sessions > 0);
+    assert!(p.summary.turns >= p.summary.sessions);
+    assert_eq!(p.summary.dataset, "sample (bundled)");
+}
