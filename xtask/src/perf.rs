@@ -88,7 +88,7 @@ pub fn generate_trace(path: &Path, sessions: u32, seed: u64) -> Result<(u64, u64
     Ok((u64::from(sessions), turns_total, text_bytes))
 }
 
-fn plan_scenario() -> Result<serde_json::Value> {
+fn plan_scenario(n_sessions: u32) -> Result<serde_json::Value> {
     let root = root();
     let out_dir = root.join("target/perf");
     std::fs::create_dir_all(&out_dir)?;
@@ -100,9 +100,9 @@ fn plan_scenario() -> Result<serde_json::Value> {
     if !st.success() {
         bail!("release build failed");
     }
-    let trace = out_dir.join("plan-trace-20000.jsonl");
+    let trace = out_dir.join(format!("plan-trace-{n_sessions}.jsonl"));
     eprintln!("xtask perf plan: generating {}", trace.display());
-    let (sessions, turns, text_bytes) = generate_trace(&trace, 20_000, 42)?;
+    let (sessions, turns, text_bytes) = generate_trace(&trace, n_sessions, 42)?;
     let file_bytes = std::fs::metadata(&trace)?.len();
     let mut rows = Vec::new();
     for tokenizer in ["qwen3", "none"] {
@@ -161,11 +161,18 @@ fn plan_scenario() -> Result<serde_json::Value> {
     }))
 }
 
-/// `cargo xtask perf [plan]`.
+/// `cargo xtask perf [plan [--sessions N]]`.
 pub fn run(args: &[String]) -> Result<()> {
     let which = args.first().map(String::as_str).unwrap_or("plan");
+    let sessions = match args.iter().position(|a| a == "--sessions") {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .context("--sessions needs a number")?,
+        None => 20_000,
+    };
     let result = match which {
-        "plan" => plan_scenario()?,
+        "plan" => plan_scenario(sessions)?,
         other => bail!("unknown perf scenario {other:?} (known: plan)"),
     };
     let path = root().join(format!("target/perf/{which}.json"));

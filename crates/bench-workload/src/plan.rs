@@ -356,7 +356,8 @@ impl Role {
         }
     }
 
-    fn as_str(self) -> &'static str {
+    /// The role name as sent.
+    pub fn as_str(self) -> &'static str {
         match self {
             Role::System => "system",
             Role::User => "user",
@@ -366,17 +367,49 @@ impl Role {
 }
 
 /// One message of a plan, shared (not copied) by every session and turn that sends it.
+///
+/// Only the JSON encoding of the text is kept (made once at plan time, shared by every role the
+/// text is sent under): a request body is a concatenation of [`PlannedMessage::json_prefix`],
+/// [`PlannedMessage::content_json`] and `}`. Keeping one copy of every text is what keeps
+/// planning memory near the size of the trace.
 #[derive(Debug, PartialEq, Eq)]
 pub struct PlannedMessage {
     /// Role as sent.
     pub role: Role,
-    /// The text.
-    pub content: Arc<str>,
-    /// Its JSON encoding, `{"role":"...","content":"..."}`, made once at plan time; a request
-    /// body is a concatenation of these.
-    pub json: Arc<str>,
-    /// Tokens of `content` under the plan's counter.
+    /// The text as a JSON string literal, quotes included.
+    pub content_json: Arc<str>,
+    /// Tokens of the text under the plan's counter.
     pub tokens: u32,
+}
+
+impl PlannedMessage {
+    /// `{"role":"<role>","content":` — the constant start of this message's JSON.
+    pub fn json_prefix(&self) -> &'static str {
+        match self.role {
+            Role::System => "{\"role\":\"system\",\"content\":",
+            Role::User => "{\"role\":\"user\",\"content\":",
+            Role::Assistant => "{\"role\":\"assistant\",\"content\":",
+        }
+    }
+
+    /// Appends the message's JSON object to `out`.
+    pub fn write_json(&self, out: &mut String) {
+        out.push_str(self.json_prefix());
+        out.push_str(&self.content_json);
+        out.push('}');
+    }
+
+    /// The message's JSON object.
+    pub fn json(&self) -> String {
+        let mut s = String::with_capacity(self.content_json.len() + 40);
+        self.write_json(&mut s);
+        s
+    }
+
+    /// The text (decoded from its JSON; for reports and tests, not the hot path).
+    pub fn content(&self) -> String {
+        serde_json::from_str(&self.content_json).unwrap_or_default()
+    }
 }
 
 /// A shared message handle.
@@ -711,15 +744,9 @@ pub fn system_prompt(counter: &TokenCounter, target: u32) -> SystemPromptInfo {
     }
 }
 
-fn json_message(role: Role, content: &str) -> Arc<str> {
-    let mut s = String::with_capacity(content.len() + 32);
-    s.push_str("{\"role\":\"");
-    s.push_str(role.as_str());
-    s.push_str("\",\"content\":");
+fn json_literal(content: &str) -> Arc<str> {
     // Serializing a str cannot fail.
-    s.push_str(&serde_json::to_string(content).unwrap_or_else(|_| "\"\"".into()));
-    s.push('}');
-    Arc::from(s)
+    Arc::from(serde_json::to_string(content).unwrap_or_else(|_| "\"\"".into()))
 }
 
 /// Synthetic sessions of `--dataset random`.
@@ -910,8 +937,13 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
     }
 
     // 2. Count every distinct text once, in parallel.
-    let texts: Vec<&str> = interner.texts.iter().map(|a| &**a).collect();
-    let counts = counter.count_all(&texts);
+    let counts = {
+        let texts: Vec<&str> = interner.texts.iter().map(|a| &**a).collect();
+        counter.count_all(&texts)
+    };
+    // The lookup map holds a second handle on every text; the texts alone remain.
+    let Interner { ids, mut texts } = interner;
+    drop(ids);
 
     // 3. The shared system prompt.
     let sp = cfg
@@ -1022,20 +1054,37 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
         "extracted".into()
     };
 
-    // 7. Messages, encoded once.
-    let mut msgs: HashMap<(Role, u32), Msg> = HashMap::new();
-    let mut msg = |role: Role, id: u32| -> Msg {
-        msgs.entry((role, id))
-            .or_insert_with(|| {
-                let content = interner.texts[id as usize].clone();
-                Arc::new(PlannedMessage {
-                    role,
-                    json: json_message(role, &content),
-                    content,
-                    tokens: counts[id as usize],
-                })
+    // Sessions' own system prompts (few, short), taken before texts are consumed below.
+    let own_system: HashMap<u32, Arc<str>> = shaped
+        .iter()
+        .filter_map(|s| s.cand.system)
+        .map(|id| (id, texts[id as usize].clone()))
+        .collect();
+
+    // 7. Messages, encoded once. Each text is replaced by its JSON literal as soon as it is
+    //    encoded, so the plan never holds two copies of a text.
+    let mut literals: Vec<Option<Arc<str>>> = vec![None; texts.len()];
+    let mut literal = |id: u32, texts: &mut Vec<Arc<str>>| -> Arc<str> {
+        literals[id as usize]
+            .get_or_insert_with(|| {
+                let lit = json_literal(&texts[id as usize]);
+                texts[id as usize] = Arc::from("");
+                lit
             })
             .clone()
+    };
+    let mut msgs: HashMap<(Role, u32), Msg> = HashMap::new();
+    let mut msg = |role: Role, id: u32, texts: &mut Vec<Arc<str>>| -> Msg {
+        if let Some(m) = msgs.get(&(role, id)) {
+            return m.clone();
+        }
+        let m = Arc::new(PlannedMessage {
+            role,
+            content_json: literal(id, texts),
+            tokens: counts[id as usize],
+        });
+        msgs.insert((role, id), m.clone());
+        m
     };
     let shared_system = sp.as_ref().map(|s| s.text.clone());
     let mut system_msgs: HashMap<Option<u32>, Msg> = HashMap::new();
@@ -1078,19 +1127,19 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                 system_msgs
                     .entry(key)
                     .or_insert_with(|| {
-                        let text: String = match (&shared_system, key) {
-                            (Some(sh), Some(own)) => {
-                                format!("{sh}\n\n{}", interner.texts[own as usize])
-                            }
+                        let own = key
+                            .and_then(|id| own_system.get(&id))
+                            .map(|t| t.to_string());
+                        let text: String = match (&shared_system, own) {
+                            (Some(sh), Some(own)) => format!("{sh}\n\n{own}"),
                             (Some(sh), None) => sh.to_string(),
-                            (None, Some(own)) => interner.texts[own as usize].to_string(),
+                            (None, Some(own)) => own,
                             (None, None) => String::new(),
                         };
                         let tokens = counter.count(&text);
                         Arc::new(PlannedMessage {
                             role: Role::System,
-                            json: json_message(Role::System, &text),
-                            content: Arc::from(text),
+                            content_json: json_literal(&text),
                             tokens,
                         })
                     })
@@ -1119,14 +1168,18 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                 Some(v) => rec_cached += v,
                 None => all_rec_cached = false,
             }
-            let delta: Vec<Msg> = t.delta.iter().map(|(r, id)| msg(*r, *id)).collect();
+            let delta: Vec<Msg> = t
+                .delta
+                .iter()
+                .map(|(r, id)| msg(*r, *id, &mut texts))
+                .collect();
             summary.new_input_tokens += delta.iter().map(|m| u64::from(m.tokens)).sum::<u64>();
             summary.input_tokens += prompts[k];
             summary.output_tokens += u64::from(outputs[k]);
             turns.push(PlannedTurn {
                 index: k as u32,
                 input_delta: delta,
-                assistant: msg(Role::Assistant, t.answer),
+                assistant: msg(Role::Assistant, t.answer, &mut texts),
                 max_output_tokens: outputs[k],
                 recorded_output_tokens: t.rec.output_tokens,
                 recorded_input_tokens: t.rec.input_tokens,

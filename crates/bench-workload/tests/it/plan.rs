@@ -130,9 +130,9 @@ fn counts_match_an_independent_tokenizer_computation() {
     for sess in &p.sessions {
         for t in &sess.turns {
             for m in &t.input_delta {
-                let v: serde_json::Value = serde_json::from_str(&m.json).unwrap();
+                let v: serde_json::Value = serde_json::from_str(&m.json()).unwrap();
                 assert_eq!(v["role"], "user");
-                assert_eq!(v["content"].as_str().unwrap(), &*m.content);
+                assert_eq!(v["content"].as_str().unwrap(), m.content());
             }
         }
     }
@@ -160,8 +160,8 @@ fn synthetic_workload_has_exact_shape() {
         for t in &s.turns {
             assert!(t.pre_gap_ms <= 5000.0);
             assert_eq!(t.max_output_tokens, 20);
-            assert_eq!(ref_count(&t.input_delta[0].content), 100);
-            assert_eq!(ref_count(&t.assistant.content), 20);
+            assert_eq!(ref_count(&t.input_delta[0].content()), 100);
+            assert_eq!(ref_count(&t.assistant.content()), 20);
         }
     }
     assert!(
@@ -175,8 +175,8 @@ fn synthetic_workload_has_exact_shape() {
     cfg.seed = 8;
     let other = plan(cfg).unwrap();
     assert_ne!(
-        other.sessions[0].turns[0].input_delta[0].content,
-        p.sessions[0].turns[0].input_delta[0].content
+        other.sessions[0].turns[0].input_delta[0].content(),
+        p.sessions[0].turns[0].input_delta[0].content()
     );
 }
 
@@ -558,4 +558,66 @@ fn the_bundled_sample_plans_without_files() {
     assert!(p.summary.sessions > 0);
     assert!(p.summary.turns >= p.summary.sessions);
     assert_eq!(p.summary.dataset, "sample (bundled)");
+}
+
+#[test]
+fn embedded_tokenizer_matches_hugging_face_golden_encodings() {
+    // Token ids produced by HF `tokenizers` (Python) from the same tokenizer.json.
+    let golden: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            crate::fixtures().join("tokenizer/qwen3/golden_chat_template_and_encodings.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut n = 0;
+    for case in golden["plain_encodings"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let ids: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(qwen3().encode(text).unwrap(), ids, "{text:?}");
+        assert_eq!(qwen3().count(text) as usize, ids.len());
+        n += 1;
+    }
+    for case in golden["chat_template_cases"].as_array().unwrap() {
+        let rendered = case["rendered"].as_str().unwrap();
+        assert_eq!(
+            qwen3().count(rendered) as u64,
+            case["num_tokens"].as_u64().unwrap(),
+            "{}",
+            case["name"]
+        );
+        n += 1;
+    }
+    assert!(n >= 10);
+}
+
+#[test]
+fn a_text_sent_under_two_roles_and_as_a_system_prompt() {
+    let d = tempdir("roles");
+    let same = "the very same text";
+    let s1 = json!({"session_id": "a", "system_prompt": same, "turns": [
+        {"index": 0, "input_delta": [{"role": "user", "content": same}], "assistant_text": same}]});
+    let s2 = json!({"session_id": "b", "system_prompt": same, "turns": [
+        {"index": 0, "input_delta": [{"role": "user", "content": "hi"}], "assistant_text": same}]});
+    write_lines(&d.join("t.jsonl"), &[s1.to_string(), s2.to_string()]);
+    let p = plan(path_cfg(&d)).unwrap();
+    for s in &p.sessions {
+        assert_eq!(s.system.as_ref().unwrap().content(), same);
+        assert_eq!(s.turns[0].assistant.content(), same);
+        assert_eq!(
+            s.turns[0].assistant.json(),
+            format!("{{\"role\":\"assistant\",\"content\":\"{same}\"}}")
+        );
+    }
+    let a = p.sessions.iter().find(|s| &*s.id == "a").unwrap();
+    assert_eq!(a.turns[0].input_delta[0].content(), same);
+    assert!(Arc::ptr_eq(
+        &a.turns[0].input_delta[0].content_json,
+        &a.turns[0].assistant.content_json
+    ));
 }
