@@ -20,7 +20,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("bench: error: cannot start the async runtime: {e}");
+            eprintln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -36,7 +36,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("bench: error: {e}");
+            eprintln!("error: {e}");
             ExitCode::from(e.exit_code() as u8)
         }
     }

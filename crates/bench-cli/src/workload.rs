@@ -234,7 +234,7 @@ fn text_summary(s: &PlanSummary) -> String {
 pub fn run_plan(args: PlanCmd) -> Result<(), CliError> {
     let cfg = args.plan.to_config()?;
     if cfg.tokenizer == TokenizerSpec::Chars {
-        eprintln!("bench: warning: no tokenizer: counting ~4 characters per token");
+        eprintln!("warning: no tokenizer: counting ~4 characters per token");
     }
     let plan = build_plan(cfg).map_err(plan_error)?;
     if args.json {

@@ -142,7 +142,7 @@ fn assert_fails_with(url: &str, kind: &str) {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
     assert!(
-        stderr.starts_with(&format!("bench: error: {kind}:")),
+        stderr.starts_with(&format!("error: {kind}:")),
         "expected kind {kind}: {stderr}"
     );
 }
@@ -233,7 +233,7 @@ fn connection_refused_exits_1() {
     let out = run(&["probe", "--base-url", &url, "--model", "m"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.starts_with("bench: error: connect:"), "{stderr}");
+    assert!(stderr.starts_with("error: connect:"), "{stderr}");
 }
 
 #[test]

@@ -17,6 +17,85 @@ fn tempdir(name: &str) -> PathBuf {
     d
 }
 
+/// Tokens of `s` under the Qwen3 tokenizer loaded straight from the fixture file.
+fn ref_count(s: &str) -> u64 {
+    use std::io::Read;
+    static T: std::sync::OnceLock<tokenizers::Tokenizer> = std::sync::OnceLock::new();
+    let t = T.get_or_init(|| {
+        let gz = std::fs::read(fixtures().join("tokenizer/qwen3/tokenizer.json.gz")).unwrap();
+        let mut json = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut json)
+            .unwrap();
+        tokenizers::Tokenizer::from_bytes(&json).unwrap()
+    });
+    t.encode(s, false).unwrap().len() as u64
+}
+
+#[test]
+fn plan_of_a_directory_counts_what_an_independent_computation_counts() {
+    let d = tempdir("dir-counts");
+    let texts = [
+        (
+            "Fix the flaky test in tests/test_io.py",
+            "I'll start by reading it.",
+        ),
+        (
+            "$ pytest -q\n1 failed, 41 passed in 2.31s",
+            "The failure is a race.",
+        ),
+        (
+            "Traceback (most recent call last):\n  File \"io.py\"",
+            "Patched; rerunning.",
+        ),
+    ];
+    let mut lines = Vec::new();
+    for s in 0..3usize {
+        let turns: Vec<Value> = texts[..=s]
+            .iter()
+            .enumerate()
+            .map(|(i, (u, a))| serde_json::json!({"index": i, "input_delta": [{"role": "user", "content": u}], "assistant_text": a}))
+            .collect();
+        lines.push(serde_json::json!({"session_id": format!("s{s}"), "turns": turns}).to_string());
+    }
+    std::fs::write(d.join("a.jsonl"), lines.join("\n")).unwrap();
+    let out = run(&[
+        "plan",
+        "--json",
+        "--dataset",
+        d.to_str().unwrap(),
+        "--system-prompt-tokens",
+        "300",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Expectations computed here, from the texts and the plan rules in docs/workload.md.
+    const OVERHEAD: u64 = 5;
+    let (mut input, mut new_input, mut output, mut turns) = (0u64, 0u64, 0u64, 0u64);
+    for s in 0..3usize {
+        let mut ctx = 300 + OVERHEAD;
+        for (u, a) in &texts[..=s] {
+            let (nu, na) = (ref_count(u), ref_count(a));
+            new_input += nu;
+            ctx += nu + OVERHEAD;
+            input += ctx;
+            output += na; // no recorded counts: the answer counted
+            ctx += na + OVERHEAD;
+            turns += 1;
+        }
+    }
+    assert_eq!(v["sessions"], 3);
+    assert_eq!(v["turns"], turns);
+    assert_eq!(v["system_prompt_tokens"], 300);
+    assert_eq!(v["new_input_tokens"], new_input);
+    assert_eq!(v["input_tokens"], input);
+    assert_eq!(v["output_tokens"], output);
+}
+
 #[test]
 fn plan_json_has_the_stable_keys() {
     let out = run(&["plan", "--json"]);
