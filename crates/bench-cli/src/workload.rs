@@ -1,11 +1,14 @@
 //! `bench plan` and `bench import`.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bench_workload::PlanError;
 use bench_workload::import::{ImportFormat, ImportOptions};
 use bench_workload::plan::{
-    DatasetSpec, GapPolicy, OutputPolicy, PlanConfig, PlanSummary, SyntheticSpec, build_plan,
+    DatasetSpec, GapPolicy, OutputPolicy, PlanConfig, PlanProgress, PlanSummary, ProgressFn,
+    SyntheticSpec, build_plan,
 };
 use bench_workload::tokenize::TokenizerSpec;
 use bench_workload::write::SessionWriter;
@@ -230,9 +233,44 @@ fn text_summary(s: &PlanSummary) -> String {
     t
 }
 
+/// Progress lines on stderr for long plans: nothing during the first 2 s, then at most one
+/// line every 2 s.
+pub fn plan_progress() -> ProgressFn {
+    let start = Instant::now();
+    let last = Mutex::new(start);
+    ProgressFn(Arc::new(move |p: PlanProgress| {
+        let now = Instant::now();
+        let Ok(mut last) = last.lock() else { return };
+        if now.duration_since(start) < Duration::from_secs(2)
+            || now.duration_since(*last) < Duration::from_secs(2)
+        {
+            return;
+        }
+        *last = now;
+        let t = now.duration_since(start).as_secs_f64();
+        match p {
+            PlanProgress::Reading { sessions } => {
+                eprintln!("planning: {sessions} sessions read ({t:.0} s)");
+            }
+            PlanProgress::Counting {
+                texts,
+                done_bytes,
+                total_bytes,
+            } => eprintln!(
+                "planning: counting tokens of {texts} distinct texts: {:.0}% of {:.1} MB ({t:.0} s)",
+                done_bytes as f64 * 100.0 / total_bytes.max(1) as f64,
+                total_bytes as f64 / 1e6
+            ),
+            PlanProgress::Shaping => eprintln!("planning: selecting and encoding ({t:.0} s)"),
+            _ => {}
+        }
+    }))
+}
+
 /// Runs `bench plan`.
 pub fn run_plan(args: PlanCmd) -> Result<(), CliError> {
-    let cfg = args.plan.to_config()?;
+    let mut cfg = args.plan.to_config()?;
+    cfg.progress = Some(plan_progress());
     if cfg.tokenizer == TokenizerSpec::Chars {
         eprintln!("warning: no tokenizer: counting ~4 characters per token");
     }

@@ -219,6 +219,40 @@ pub struct PlanConfig {
     pub raw_gaps: bool,
     /// Skip invalid trace records instead of failing.
     pub skip_invalid: bool,
+    /// Called as planning advances (long plans take a while with a real tokenizer).
+    pub progress: Option<ProgressFn>,
+}
+
+/// Where planning is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum PlanProgress {
+    /// Sessions read so far (reported every 1,000).
+    Reading {
+        /// Sessions read.
+        sessions: u64,
+    },
+    /// Counting tokens: bytes of distinct text counted so far, of the total.
+    Counting {
+        /// Distinct texts.
+        texts: u64,
+        /// Bytes counted.
+        done_bytes: u64,
+        /// Bytes to count.
+        total_bytes: u64,
+    },
+    /// Selection and encoding.
+    Shaping,
+}
+
+/// A progress callback.
+#[derive(Clone)]
+pub struct ProgressFn(pub Arc<dyn Fn(PlanProgress) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressFn")
+    }
 }
 
 impl PlanConfig {
@@ -240,6 +274,7 @@ impl PlanConfig {
             gap_cap_ms: 30_000.0,
             raw_gaps: false,
             skip_invalid: false,
+            progress: None,
         }
     }
 
@@ -828,6 +863,13 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                         interner: &mut Interner|
          -> Result<(), PlanError> {
             summary.sessions_read += 1;
+            if summary.sessions_read % 1000 == 0 {
+                if let Some(p) = &cfg.progress {
+                    (p.0)(PlanProgress::Reading {
+                        sessions: summary.sessions_read,
+                    });
+                }
+            }
             let mut rec = rec;
             if rec.turns.is_empty() {
                 summary.excluded_empty += 1;
@@ -939,8 +981,26 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
     // 2. Count every distinct text once, in parallel.
     let counts = {
         let texts: Vec<&str> = interner.texts.iter().map(|a| &**a).collect();
-        counter.count_all(&texts)
+        let total_bytes: u64 = texts.iter().map(|t| t.len() as u64).sum();
+        let mut counts = Vec::with_capacity(texts.len());
+        let mut done_bytes = 0u64;
+        // In slices, so progress can be told; each slice is counted in parallel.
+        for slice in texts.chunks(texts.len().div_ceil(50).max(1024)) {
+            counts.extend(counter.count_all(slice));
+            done_bytes += slice.iter().map(|t| t.len() as u64).sum::<u64>();
+            if let Some(p) = &cfg.progress {
+                (p.0)(PlanProgress::Counting {
+                    texts: texts.len() as u64,
+                    done_bytes,
+                    total_bytes,
+                });
+            }
+        }
+        counts
     };
+    if let Some(p) = &cfg.progress {
+        (p.0)(PlanProgress::Shaping);
+    }
     // The lookup map holds a second handle on every text; the texts alone remain.
     let Interner { ids, mut texts } = interner;
     drop(ids);

@@ -621,3 +621,41 @@ fn a_text_sent_under_two_roles_and_as_a_system_prompt() {
         &a.turns[0].assistant.content_json
     ));
 }
+
+#[test]
+fn progress_is_reported_while_planning() {
+    use bench_workload::plan::{PlanProgress, ProgressFn};
+    use std::sync::Mutex;
+    let seen: Arc<Mutex<Vec<PlanProgress>>> = Arc::default();
+    let s2 = seen.clone();
+    let mut cfg = PlanConfig::new(DatasetSpec::Random(SyntheticSpec {
+        turns: 2,
+        input_increment: 8,
+        output_len: 4,
+        gap: GapPolicy::Zero,
+    }));
+    cfg.num_sessions = Some(2500);
+    cfg.progress = Some(ProgressFn(Arc::new(move |p| s2.lock().unwrap().push(p))));
+    let chars = TokenCounter::load(&TokenizerSpec::Chars).unwrap();
+    build_plan_with(cfg, &chars).unwrap();
+    let seen = seen.lock().unwrap();
+    let reads: Vec<u64> = seen
+        .iter()
+        .filter_map(|p| match p {
+            PlanProgress::Reading { sessions } => Some(*sessions),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reads, [1000, 2000]);
+    let last_count = seen.iter().rev().find_map(|p| match p {
+        PlanProgress::Counting {
+            done_bytes,
+            total_bytes,
+            ..
+        } => Some((*done_bytes, *total_bytes)),
+        _ => None,
+    });
+    let (done, total) = last_count.unwrap();
+    assert_eq!(done, total, "counting ends at 100%");
+    assert!(matches!(seen.last(), Some(PlanProgress::Shaping)));
+}
