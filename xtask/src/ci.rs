@@ -52,7 +52,7 @@ pub fn run() -> Result<()> {
     step(
         "main command",
         "cargo",
-        &["run", "--release", "-p", "bench-cli", "--", "probe"],
+        &["run", "--release", "-p", "bench-cli", "--", "run"],
         &[],
     )?;
     Ok(())

@@ -4,6 +4,7 @@
 //! Commands: `bench sim` (serve the embedded simulator), `bench probe` (measure one turn),
 //! `bench plan` (build and summarize a workload plan), `bench import` (convert traces).
 
+pub mod run;
 pub mod workload;
 
 use std::io::Write;
@@ -42,6 +43,13 @@ pub enum Command {
     /// Exit codes: 0 ok, 1 the request failed (one line: the error kind and detail), 2 bad usage
     /// or input.
     Probe(ProbeArgs),
+    /// Replay a workload against a server (or the embedded simulator) and report its metrics.
+    ///
+    /// Exactly --concurrency sessions play at once, turn by turn; a finished session's slot is
+    /// refilled at once. Records go to the run directory (turns.jsonl, sessions.jsonl,
+    /// events.jsonl, run.json, result.json). Exit codes: 0 ok, 1 more turns failed than
+    /// --max-error-rate allows (or the run failed), 2 bad usage or input.
+    Run(Box<run::RunCmd>),
     /// Build a workload plan from a dataset and summarize it: sessions, turns, tokens, peak
     /// context, system prompt, tool waits and an estimate of wall time.
     ///
@@ -91,6 +99,9 @@ pub struct SimModelArgs {
     /// Model mode: sequence slots (continuous-batching width).
     #[arg(long, default_value_t = SimConfig::default().max_num_seqs)]
     pub max_num_seqs: usize,
+    /// Model mode: prompt tokens prefilled per step (chunked prefill).
+    #[arg(long, default_value_t = SimConfig::default().max_num_batched_tokens)]
+    pub max_num_batched_tokens: u32,
     /// KV-cache capacity in tokens (prefix cache and running sequences share it).
     #[arg(long, default_value_t = SimConfig::default().kv_capacity_tokens)]
     pub kv_capacity_tokens: u64,
@@ -138,10 +149,12 @@ impl SimModelArgs {
                 self.time_scale
             ));
         }
-        if self.block_size == 0 || self.max_num_seqs == 0 || self.max_model_len == 0 {
-            return Err(
-                "--block-size, --max-num-seqs and --max-model-len must be at least 1".into(),
-            );
+        if self.block_size == 0
+            || self.max_num_seqs == 0
+            || self.max_model_len == 0
+            || self.max_num_batched_tokens == 0
+        {
+            return Err("--block-size, --max-num-seqs, --max-num-batched-tokens and --max-model-len must be at least 1".into());
         }
         if self.kv_capacity_tokens < u64::from(self.block_size) {
             return Err(format!(
@@ -162,6 +175,7 @@ impl SimModelArgs {
             decode_step_base_ms: self.decode_step_ms,
             decode_step_ms_per_seq: self.decode_step_ms_per_seq,
             max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
             kv_capacity_tokens: self.kv_capacity_tokens,
             block_size: self.block_size,
             time_scale: self.time_scale,

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Sim(args) => bench_cli::run_sim(args).await,
             Command::Probe(args) => bench_cli::run_probe(args).await,
+            Command::Run(args) => bench_cli::run::run_run(*args).await,
             Command::Plan(args) => bench_cli::workload::run_plan(args),
             Command::Import(args) => bench_cli::workload::run_import(args),
         }

@@ -43,8 +43,13 @@ pub struct PlanArgs {
     /// Sessions in the pool [default: 2 × --concurrency].
     #[arg(long)]
     pub num_sessions: Option<u32>,
-    /// Concurrent sessions the plan is for.
-    #[arg(short = 'c', long, default_value_t = 32)]
+    /// Concurrent sessions (the plan's pool is 2 × this by default).
+    #[arg(
+        short = 'c',
+        long,
+        visible_alias = "max-concurrency",
+        default_value_t = 8
+    )]
     pub concurrency: u32,
     /// Seed of the shuffle and of synthetic text and gaps.
     #[arg(long, default_value_t = 0)]

@@ -63,6 +63,10 @@ pub struct SimConfig {
     pub decode_step_ms_per_seq: f64,
     /// Maximum number of running sequences (batch size). Default 256.
     pub max_num_seqs: usize,
+    /// Prompt tokens prefilled per step (chunked prefill, like vLLM's
+    /// `max_num_batched_tokens`): a longer uncached prompt is prefilled over several steps
+    /// while the running sequences keep decoding. Default 8192.
+    pub max_num_batched_tokens: u32,
     /// KV cache capacity in tokens (rounded down to whole blocks). Default 262144.
     pub kv_capacity_tokens: u64,
     /// Tokens per KV block (prefix-cache granularity). Default 16.
@@ -98,6 +102,7 @@ impl Default for SimConfig {
             decode_step_base_ms: 10.0,
             decode_step_ms_per_seq: 0.05,
             max_num_seqs: 256,
+            max_num_batched_tokens: 8192,
             kv_capacity_tokens: 262_144,
             block_size: 16,
             time_scale: 1.0,
@@ -115,13 +120,19 @@ impl SimConfig {
     /// Predicted time to first token, in milliseconds, on an otherwise idle server, for a prompt
     /// of `prompt_tokens` of which `cached_tokens` hit the prefix cache (scaled by `time_scale`).
     ///
-    /// `Model`: `(decode_step_base_ms + prefill_ms_per_token × uncached) × time_scale`;
+    /// `Model`: `(decode_step_base_ms × steps + prefill_ms_per_token × uncached) × time_scale`
+    /// where `steps = max(1, ceil(uncached / max_num_batched_tokens))` (chunked prefill);
     /// `Fixed`: `ttft × time_scale`; `Instant`: 0.
     pub fn expected_ttft_ms(&self, prompt_tokens: u32, cached_tokens: u32) -> f64 {
         match self.mode {
             LatencyMode::Model => {
-                let uncached = f64::from(prompt_tokens.saturating_sub(cached_tokens));
-                (self.decode_step_base_ms + self.prefill_ms_per_token * uncached) * self.scale()
+                let uncached_tokens = prompt_tokens.saturating_sub(cached_tokens);
+                let steps = uncached_tokens
+                    .div_ceil(self.max_num_batched_tokens.max(1))
+                    .max(1);
+                let uncached = f64::from(uncached_tokens);
+                (self.decode_step_base_ms * f64::from(steps) + self.prefill_ms_per_token * uncached)
+                    * self.scale()
             }
             LatencyMode::Fixed { ttft, .. } => ttft.as_secs_f64() * 1000.0 * self.scale(),
             LatencyMode::Instant => 0.0,

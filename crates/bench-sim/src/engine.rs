@@ -74,6 +74,10 @@ pub(crate) struct Job {
 struct RunningJob {
     alloc: Alloc,
     cached_tokens: u32,
+    /// Uncached prompt tokens not yet prefilled (chunked prefill spreads them over steps).
+    prefill_left: u64,
+    /// Emits a token at the end of the current step.
+    emits: bool,
     emitted: u32,
     out_len: u32,
     events: mpsc::UnboundedSender<EngineEvent>,
@@ -146,9 +150,10 @@ impl State {
     }
 
     /// Start of a step: drops requests whose client is gone, then admits waiting requests in
-    /// FIFO order while a batch slot and KV blocks are available. Returns the number of
-    /// sequences that decode in this step and the uncached prompt tokens to prefill.
-    fn start_step(&mut self, max_num_seqs: usize) -> (usize, u64) {
+    /// FIFO order while a batch slot and KV blocks are available, then hands out the step's
+    /// prefill budget (`max_num_batched_tokens`, chunked prefill) in admission order. Returns
+    /// the number of sequences that decode in this step and the prompt tokens prefilled in it.
+    fn start_step(&mut self, max_num_seqs: usize, budget: u64) -> (usize, u64) {
         let mut i = 0;
         while i < self.running.len() {
             if self.running[i].events.is_closed() {
@@ -158,8 +163,6 @@ impl State {
                 i += 1;
             }
         }
-        let decoding = self.running.len();
-        let mut uncached = 0u64;
         while self.running.len() < max_num_seqs.max(1) {
             let Some(job) = self.waiting.pop_front() else {
                 break;
@@ -176,16 +179,33 @@ impl State {
                 self.waiting.push_front(job);
                 break;
             };
-            uncached += u64::from(job.prompt_tokens - cached);
             self.running.push(RunningJob {
                 alloc,
                 cached_tokens: cached,
+                prefill_left: u64::from(job.prompt_tokens - cached),
+                emits: false,
                 emitted: 0,
                 out_len: job.out_len,
                 events: job.events,
             });
         }
-        (decoding, uncached)
+        let mut decoding = 0;
+        let mut left = budget.max(1);
+        let mut prefilled = 0u64;
+        for r in &mut self.running {
+            if r.emitted > 0 {
+                decoding += 1;
+                r.emits = true;
+            } else {
+                let take = r.prefill_left.min(left);
+                r.prefill_left -= take;
+                left -= take;
+                prefilled += take;
+                // Prefill finishes in this step: it produces the first token.
+                r.emits = r.prefill_left == 0;
+            }
+        }
+        (decoding, prefilled)
     }
 
     /// End of a step: every running request emits one token (the first for those admitted in
@@ -194,6 +214,10 @@ impl State {
         let mut i = 0;
         while i < self.running.len() {
             let r = &mut self.running[i];
+            if !r.emits {
+                i += 1;
+                continue;
+            }
             let ev = if r.emitted == 0 {
                 EngineEvent::First {
                     cached_tokens: r.cached_tokens,
@@ -255,7 +279,9 @@ pub(crate) async fn run_engine(shared: Arc<Shared>) {
             Some(t) if now.saturating_duration_since(t) <= MAX_LAG => t,
             _ => now,
         };
-        let (decoding, uncached) = shared.lock().start_step(cfg.max_num_seqs);
+        let (decoding, uncached) = shared
+            .lock()
+            .start_step(cfg.max_num_seqs, u64::from(cfg.max_num_batched_tokens));
         #[allow(clippy::cast_precision_loss)]
         let step_ms = cfg.decode_step_base_ms
             + cfg.decode_step_ms_per_seq * decoding as f64

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod probe;
+mod run;
 mod workload;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -118,6 +118,7 @@ fn fixed_mode_simulator_probed_twice() {
 
 #[test]
 fn non_streamed_probe() {
+    let _serial = crate::serial();
     let v = json_of(&run(&["probe", "--json", "--no-stream", "--instant"]));
     assert_eq!(v["stream"], false);
     assert_eq!(v["completion_tokens"], 32);
@@ -149,6 +150,7 @@ fn assert_fails_with(url: &str, kind: &str) {
 
 #[test]
 fn failing_servers_exit_1_with_one_line_naming_the_kind() {
+    let _serial = crate::serial();
     let url = scripted_server(|s| {
         let body = "{\"error\":{\"message\":\"internal\"}}";
         let _ = write!(
@@ -207,6 +209,7 @@ fn reset(s: &mut TcpStream) {
 
 #[test]
 fn bad_input_exits_2() {
+    let _serial = crate::serial();
     for args in [
         vec!["probe", "--base-url", "https://api.example.com/v1"],
         vec!["probe", "--base-url", "localhost:8000"],
@@ -227,6 +230,7 @@ fn bad_input_exits_2() {
 
 #[test]
 fn connection_refused_exits_1() {
+    let _serial = crate::serial();
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
     drop(l);
@@ -238,6 +242,7 @@ fn connection_refused_exits_1() {
 
 #[test]
 fn closed_stdout_is_not_an_error() {
+    let _serial = crate::serial();
     let mut child = bench()
         .args(["probe", "--json", "--instant"])
         .stdout(Stdio::piped())

@@ -34,6 +34,7 @@ fn ref_count(s: &str) -> u64 {
 
 #[test]
 fn plan_of_a_directory_counts_what_an_independent_computation_counts() {
+    let _serial = crate::serial();
     let d = tempdir("dir-counts");
     let texts = [
         (
@@ -98,6 +99,7 @@ fn plan_of_a_directory_counts_what_an_independent_computation_counts() {
 
 #[test]
 fn plan_json_has_the_stable_keys() {
+    let _serial = crate::serial();
     let out = run(&["plan", "--json"]);
     assert!(
         out.status.success(),
@@ -116,11 +118,15 @@ fn plan_json_has_the_stable_keys() {
         assert!(v.get(k).is_some(), "{k} missing");
     }
     assert_eq!(v["tokenizer"], "hf:qwen3");
-    assert_eq!(v["sessions"], 24, "the bundled sample");
+    assert_eq!(
+        v["sessions"], 16,
+        "the bundled sample: a pool of 2 × C = 16 of its 24 sessions"
+    );
 }
 
 #[test]
 fn import_then_plan_round_trip() {
+    let _serial = crate::serial();
     let d = tempdir("import");
     let out_file = d.join("lmcache.jsonl.zst");
     let out = run(&[
@@ -167,6 +173,7 @@ fn import_then_plan_round_trip() {
 
 #[test]
 fn bad_input_is_one_line_naming_file_and_line_exit_2() {
+    let _serial = crate::serial();
     let d = tempdir("bad");
     let f = d.join("bad.jsonl");
     std::fs::write(
@@ -267,6 +274,7 @@ fn bad_input_is_one_line_naming_file_and_line_exit_2() {
 
 #[test]
 fn no_tokenizer_warns_once() {
+    let _serial = crate::serial();
     let out = run(&["plan", "--tokenizer", "none", "--json"]);
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -1,0 +1,554 @@
+//! `bench run`: plan, replay, report.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bench_report::{RunInfo, Slo};
+use bench_runner::{CancelToken, ContentMode, RunConfig, RunDirWriter, RunEvent, StopReason};
+use bench_sim::{SimConfig, SimServer};
+use bench_transport::{Client, ClientConfig};
+use clap::{Args, ValueEnum};
+use http::HeaderName;
+
+use crate::workload::{PlanArgs, plan_error, plan_progress};
+use crate::{CliError, SimModelArgs, out};
+
+/// What joins the conversation after each turn.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ContentModeArg {
+    /// The recorded assistant text (reproducible across engines).
+    Trace,
+    /// What the server generated.
+    Model,
+}
+
+/// `bench run` flags.
+#[derive(Debug, Clone, Args)]
+pub struct RunCmd {
+    /// Server to benchmark (http:// only). Without it, the embedded simulator is started.
+    #[arg(long, env = "BENCH_BASE_URL")]
+    pub base_url: Option<String>,
+    /// Model name; by default the first model listed by GET /v1/models.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Run for this long, looping the pool (e.g. 90s, 5m); no new session or turn after it.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Hard fuse on the whole run: requests still in flight are cut.
+    #[arg(long, value_parser = parse_duration)]
+    pub max_duration: Option<Duration>,
+    /// Per-request timeout.
+    #[arg(long, value_parser = parse_duration, default_value = "600s")]
+    pub turn_timeout: Duration,
+    /// Stop a session at its next turn boundary once it has run this long.
+    #[arg(long, value_parser = parse_duration)]
+    pub session_timeout: Option<Duration>,
+    /// The model's window for the context guard [default: max_model_len from /v1/models].
+    #[arg(long)]
+    pub max_model_len: Option<u64>,
+    /// Multiply every tool wait by this.
+    #[arg(long, default_value_t = 1.0)]
+    pub gap_scale: f64,
+    /// Do not wait between turns.
+    #[arg(long)]
+    pub no_gaps: bool,
+    /// Do not mark replays of recycled sessions (they may then hit the cache their previous
+    /// play warmed).
+    #[arg(long)]
+    pub no_cache_bust: bool,
+    /// Send `max_tokens` instead of `max_completion_tokens`.
+    #[arg(long)]
+    pub legacy_max_tokens: bool,
+    /// Do not send `ignore_eos` (output may stop before the pinned length).
+    #[arg(long)]
+    pub no_ignore_eos: bool,
+    /// What joins the conversation after each turn.
+    #[arg(long, value_enum, default_value_t = ContentModeArg::Trace)]
+    pub content_mode: ContentModeArg,
+    /// Ask for whole JSON responses instead of streams (TTFT is then the whole response time).
+    #[arg(long)]
+    pub disable_stream: bool,
+    /// JSON object merged into every request body last.
+    #[arg(long, value_name = "JSON")]
+    pub extra_request_body: Option<String>,
+    /// Extra request header, `K=V` (repeatable).
+    #[arg(long = "header", value_name = "K=V")]
+    pub headers: Vec<String>,
+    /// Send each session's id in this header (a stable routing key for routers).
+    #[arg(long, value_name = "HEADER")]
+    pub routing_key: Option<String>,
+    /// Response header naming the worker that served a turn (routing stickiness).
+    #[arg(long, value_name = "HEADER")]
+    pub worker_header: Option<String>,
+    /// A turn counts in the steady window when at least ceil(F × C) sessions were active.
+    #[arg(long, default_value_t = 0.9)]
+    pub steady_frac: f64,
+    /// Service-level objectives for goodput, e.g. `ttft_ms=500,tpot_ms=50`.
+    #[arg(long)]
+    pub slo: Option<String>,
+    /// Exit 1 when more than this fraction of turns failed.
+    #[arg(long, default_value_t = 0.0)]
+    pub max_error_rate: f64,
+    /// Run directory (default: `runs/<UTC time>-<pid>`).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Print result.json instead of the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Dataset and selection.
+    #[command(flatten)]
+    pub plan: PlanArgs,
+    /// Embedded simulator (without --base-url).
+    #[command(flatten)]
+    pub sim: EmbeddedSimArgs,
+}
+
+/// The embedded simulator's model, for `bench run` without `--base-url` (see `bench sim --help`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Embedded simulator (without --base-url)")]
+pub struct EmbeddedSimArgs {
+    /// Fixed TTFT in ms (with --sim-itl-ms).
+    #[arg(long, requires = "sim_itl_ms")]
+    pub sim_ttft_ms: Option<f64>,
+    /// Fixed gap between tokens in ms (with --sim-ttft-ms).
+    #[arg(long, requires = "sim_ttft_ms")]
+    pub sim_itl_ms: Option<f64>,
+    /// No simulated delay at all.
+    #[arg(long)]
+    pub sim_instant: bool,
+    /// Context window of the simulated model (the bundled sample has sessions up to ~90K
+    /// tokens).
+    #[arg(long, default_value_t = 131_072)]
+    pub sim_max_model_len: u32,
+    /// KV-cache capacity in tokens.
+    #[arg(long, default_value_t = SimConfig::default().kv_capacity_tokens)]
+    pub sim_kv_capacity_tokens: u64,
+    /// Sequence slots.
+    #[arg(long, default_value_t = SimConfig::default().max_num_seqs)]
+    pub sim_max_num_seqs: usize,
+    /// Multiply every simulated delay.
+    #[arg(long, default_value_t = 1.0)]
+    pub sim_time_scale: f64,
+}
+
+impl EmbeddedSimArgs {
+    fn to_model_args(&self) -> SimModelArgs {
+        let d = SimConfig::default();
+        SimModelArgs {
+            ttft_ms: self.sim_ttft_ms,
+            itl_ms: self.sim_itl_ms,
+            instant: self.sim_instant,
+            flavor: crate::FlavorArg::Vllm,
+            max_model_len: self.sim_max_model_len,
+            prefill_ms_per_token: d.prefill_ms_per_token,
+            decode_step_ms: d.decode_step_base_ms,
+            decode_step_ms_per_seq: d.decode_step_ms_per_seq,
+            max_num_seqs: self.sim_max_num_seqs,
+            max_num_batched_tokens: d.max_num_batched_tokens,
+            kv_capacity_tokens: self.sim_kv_capacity_tokens,
+            block_size: d.block_size,
+            time_scale: self.sim_time_scale,
+            seed: 0,
+            default_max_tokens: d.default_max_tokens,
+            tokenizer: None,
+        }
+    }
+}
+
+/// Parses `90s`, `5m`, `1h`, `250ms` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 90s, 5m, 250ms)"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!("{s:?}: a duration must be positive"));
+    }
+    Ok(Duration::from_secs_f64(v * mult))
+}
+
+fn header_name(s: &str, flag: &str) -> Result<HeaderName, CliError> {
+    HeaderName::from_bytes(s.trim().as_bytes())
+        .map_err(|_| CliError::Usage(format!("{flag}: {s:?} is not a valid header name")))
+}
+
+fn default_run_dir() -> PathBuf {
+    let now = time::OffsetDateTime::now_utc();
+    let stamp = now
+        .format(&time::macros::format_description!(
+            "[year][month][day]T[hour][minute][second]Z"
+        ))
+        .unwrap_or_else(|_| "run".into());
+    PathBuf::from("runs").join(format!("{stamp}-{}", std::process::id()))
+}
+
+fn write_json(path: &Path, v: &impl serde::Serialize) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(v)
+        .map_err(|e| CliError::Failed(format!("cannot encode {}: {e}", path.display())))?;
+    std::fs::write(path, text + "\n")
+        .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Appends lifecycle events to `events.jsonl`.
+struct Events(std::sync::Mutex<std::fs::File>);
+
+impl Events {
+    fn emit(&self, kind: &str, fields: serde_json::Value) {
+        let mut v = serde_json::json!({
+            "event": kind,
+            "utc": time::OffsetDateTime::now_utc()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default(),
+        });
+        if let (Some(o), Some(f)) = (v.as_object_mut(), fields.as_object()) {
+            for (k, x) in f {
+                o.insert(k.clone(), x.clone());
+            }
+        }
+        if let Ok(mut f) = self.0.lock() {
+            let _ = writeln!(f, "{v}");
+        }
+    }
+}
+
+/// Prints a heartbeat line every few seconds.
+struct Heartbeat {
+    turns: std::sync::atomic::AtomicU64,
+    output: std::sync::atomic::AtomicU64,
+    start: std::time::Instant,
+    last: std::sync::Mutex<std::time::Instant>,
+}
+
+impl bench_runner::Observer for Heartbeat {
+    fn on_event(&self, e: &RunEvent<'_>) {
+        use std::sync::atomic::Ordering;
+        if let RunEvent::TurnFinished(t) = e {
+            let n = self.turns.fetch_add(1, Ordering::Relaxed) + 1;
+            let o = self
+                .output
+                .fetch_add(t.output_tokens.unwrap_or(0), Ordering::Relaxed)
+                + t.output_tokens.unwrap_or(0);
+            let now = std::time::Instant::now();
+            if let Ok(mut last) = self.last.lock() {
+                if now.duration_since(*last) >= Duration::from_secs(5) {
+                    *last = now;
+                    let s = now.duration_since(self.start).as_secs_f64();
+                    eprintln!(
+                        "bench run: {s:.0} s · {n} turns · {o} output tokens · {:.0} output tok/s",
+                        o as f64 / s.max(1e-9)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Runs `bench run`.
+pub async fn run_run(args: RunCmd) -> Result<(), CliError> {
+    if !(0.0..=1.0).contains(&args.steady_frac) {
+        return Err(CliError::Usage("--steady-frac must be within 0..1".into()));
+    }
+    if !(0.0..=1.0).contains(&args.max_error_rate) {
+        return Err(CliError::Usage(
+            "--max-error-rate must be within 0..1".into(),
+        ));
+    }
+    if !args.gap_scale.is_finite() || args.gap_scale < 0.0 {
+        return Err(CliError::Usage(
+            "--gap-scale must be a non-negative number".into(),
+        ));
+    }
+    let slo: Option<Slo> = match &args.slo {
+        Some(s) => Some(
+            s.parse()
+                .map_err(|e| CliError::Usage(format!("--slo: {e}")))?,
+        ),
+        None => None,
+    };
+    let extra_body = match &args.extra_request_body {
+        None => serde_json::Map::new(),
+        Some(s) => match serde_json::from_str::<serde_json::Value>(s) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => {
+                return Err(CliError::Usage(
+                    "--extra-request-body must be a JSON object".into(),
+                ));
+            }
+        },
+    };
+    let headers = args
+        .headers
+        .iter()
+        .map(|h| match h.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+            _ => Err(CliError::Usage(format!(
+                "--header {h:?}: expected NAME=VALUE"
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut pcfg = args.plan.to_config()?;
+    pcfg.progress = Some(plan_progress());
+    let plan = Arc::new(
+        tokio::task::spawn_blocking(move || bench_workload::plan::build_plan(pcfg))
+            .await
+            .map_err(|e| CliError::Failed(format!("planning failed: {e}")))?
+            .map_err(plan_error)?,
+    );
+
+    // The server: given, or the embedded simulator.
+    let (embedded, base_url) = match &args.base_url {
+        Some(u) => (None, u.clone()),
+        None => {
+            let cfg = args
+                .sim
+                .to_model_args()
+                .to_config(
+                    SocketAddr::from(([127, 0, 0, 1], 0)),
+                    args.model
+                        .clone()
+                        .unwrap_or_else(|| SimConfig::default().model),
+                )
+                .map_err(CliError::Usage)?;
+            let server = SimServer::start(cfg)
+                .await
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            let url = server.base_url();
+            (Some(server), url)
+        }
+    };
+    let result = replay(
+        &args,
+        plan,
+        &base_url,
+        headers,
+        extra_body,
+        slo,
+        embedded.is_some(),
+    )
+    .await;
+    if let Some(s) = embedded {
+        s.shutdown().await;
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn replay(
+    args: &RunCmd,
+    plan: Arc<bench_workload::plan::Plan>,
+    base_url: &str,
+    headers: Vec<(String, String)>,
+    extra_body: serde_json::Map<String, serde_json::Value>,
+    slo: Option<Slo>,
+    embedded: bool,
+) -> Result<(), CliError> {
+    let mut ccfg = ClientConfig::new(base_url);
+    ccfg.headers = headers;
+    ccfg.timeout = args.turn_timeout;
+    let client = Client::new(ccfg).map_err(|e| CliError::Usage(e.to_string()))?;
+    // Readiness: /v1/models answers (model name and window).
+    let models = wait_ready(&client).await?;
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => models["data"][0]["id"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                CliError::Failed("GET /v1/models listed no model (pass --model)".into())
+            })?,
+    };
+    let max_model_len = args
+        .max_model_len
+        .or_else(|| models["data"][0]["max_model_len"].as_u64());
+
+    let mut cfg = RunConfig::new(model, args.plan.concurrency);
+    cfg.duration = args.duration;
+    cfg.max_duration = args.max_duration;
+    cfg.turn_timeout = args.turn_timeout;
+    cfg.session_timeout = args.session_timeout;
+    cfg.max_model_len = max_model_len;
+    cfg.gap_scale = args.gap_scale;
+    cfg.no_gaps = args.no_gaps;
+    cfg.gap_cap_ms = args.plan.gap_cap_ms;
+    cfg.cache_bust = !args.no_cache_bust;
+    cfg.legacy_max_tokens = args.legacy_max_tokens;
+    cfg.ignore_eos = !args.no_ignore_eos;
+    cfg.content_mode = match args.content_mode {
+        ContentModeArg::Trace => ContentMode::Trace,
+        ContentModeArg::Model => ContentMode::Model,
+    };
+    cfg.stream = !args.disable_stream;
+    cfg.extra_body = extra_body;
+    cfg.routing_header = match &args.routing_key {
+        Some(h) => Some(header_name(h, "--routing-key")?),
+        None => None,
+    };
+    cfg.worker_header = match &args.worker_header {
+        Some(h) => Some(header_name(h, "--worker-header")?),
+        None => None,
+    };
+
+    // The run directory.
+    let dir = args.run_dir.clone().unwrap_or_else(default_run_dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+    let config_json = serde_json::json!({
+        "base_url": client.base_url(),
+        "embedded_simulator": embedded,
+        "run": cfg,
+        "plan": plan.summary,
+        "tool_version": env!("CARGO_PKG_VERSION"),
+        "pid": std::process::id(),
+        "auth": bench_transport::Auth::from_env().describe(),
+    });
+    write_json(&dir.join("run.json"), &config_json)?;
+    let events_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("events.jsonl"))
+        .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", dir.display())))?;
+    let events = Events(std::sync::Mutex::new(events_file));
+    events.emit(
+        "run.started",
+        serde_json::json!({
+            "pid": std::process::id(),
+            "sessions_planned": plan.summary.sessions,
+            "turns_planned": plan.summary.turns,
+            "concurrency": cfg.concurrency,
+        }),
+    );
+    let writer = Arc::new(
+        RunDirWriter::create(&dir)
+            .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", dir.display())))?,
+    );
+    let heartbeat = Arc::new(Heartbeat {
+        turns: Default::default(),
+        output: Default::default(),
+        start: std::time::Instant::now(),
+        last: std::sync::Mutex::new(std::time::Instant::now()),
+    });
+    eprintln!(
+        "bench run: {} sessions ({} turns) at C={} against {}{} → {}",
+        plan.summary.sessions,
+        plan.summary.turns,
+        cfg.concurrency,
+        client.base_url(),
+        if embedded {
+            " (embedded simulator)"
+        } else {
+            ""
+        },
+        dir.display()
+    );
+    let cancel = CancelToken::new();
+    let c2 = cancel.clone();
+    let sig = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("bench run: stopping: turns in flight finish, no new turn starts");
+            c2.cancel();
+        }
+    });
+    let concurrency = cfg.concurrency;
+    let outcome = bench_runner::run(
+        plan,
+        client,
+        cfg.clone(),
+        vec![writer.clone(), heartbeat],
+        cancel,
+    )
+    .await;
+    sig.abort();
+    let by = match outcome.stopped_by {
+        StopReason::Exhausted => "completed",
+        StopReason::Duration => "duration",
+        StopReason::MaxDuration => "max_duration",
+        StopReason::Cancelled => "signal",
+    };
+    events.emit(
+        "run.stopped",
+        serde_json::json!({"by": by, "reason": format!("{:?}", outcome.stopped_by)}),
+    );
+    let info = RunInfo {
+        concurrency,
+        steady_frac: args.steady_frac,
+        duration_s: outcome.elapsed.as_secs_f64(),
+        slo,
+        config: config_json,
+    };
+    let result = bench_report::compute(&outcome.turns, &outcome.sessions, &info);
+    write_json(&dir.join("result.json"), &result)?;
+    for e in writer.errors() {
+        eprintln!("warning: {e}");
+    }
+    if args.json {
+        let text = serde_json::to_string_pretty(&result)
+            .map_err(|e| CliError::Failed(format!("cannot encode the result: {e}")))?;
+        out(&format!("{text}\n"))?;
+    } else {
+        out(&result.console())?;
+        out(&format!("run directory: {}\n", dir.display()))?;
+    }
+    let total = outcome.turns.len();
+    let failed = outcome
+        .turns
+        .iter()
+        .filter(|t| t.status != bench_report::record::TurnStatus::Ok)
+        .count();
+    if total == 0 {
+        return Err(CliError::Failed("no turn was played".into()));
+    }
+    let rate = failed as f64 / total as f64;
+    if rate > args.max_error_rate {
+        return Err(CliError::Failed(format!(
+            "{failed} of {total} turns failed ({:.1}%), above --max-error-rate {}",
+            rate * 100.0,
+            args.max_error_rate
+        )));
+    }
+    Ok(())
+}
+
+/// Waits (up to 60 s) for `GET /v1/models` to answer 200; returns its JSON.
+async fn wait_ready(client: &Client) -> Result<serde_json::Value, CliError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut last_err;
+    loop {
+        match client
+            .get("/v1/models", Some(Duration::from_secs(10)))
+            .await
+        {
+            Ok(r) if r.status.is_success() => {
+                return serde_json::from_slice(&r.body)
+                    .map_err(|e| CliError::Failed(format!("malformed_json: GET /v1/models: {e}")));
+            }
+            Ok(r) => last_err = format!("GET /v1/models answered HTTP {}", r.status.as_u16()),
+            Err(e) => {
+                if e.kind() == bench_transport::ErrorKind::InvalidRequest {
+                    return Err(CliError::Usage(e.to_string()));
+                }
+                last_err = e.to_string();
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(CliError::Failed(format!(
+                "server not ready after 60 s: {last_err}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

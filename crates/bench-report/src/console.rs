@@ -1,0 +1,157 @@
+//! The human report printed at the end of a run.
+
+use crate::result::{Dist, RunResult};
+use crate::stats::PooledDist;
+
+/// A number with a fixed number of decimals, or `n/a`.
+fn num(v: Option<f64>, decimals: usize) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{v:.decimals$}"),
+        _ => "n/a".to_owned(),
+    }
+}
+
+/// A share as a percentage, or `n/a`.
+fn pct(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{:.1}%", v * 100.0),
+        _ => "n/a".to_owned(),
+    }
+}
+
+impl RunResult {
+    /// The human report: a compact table of the headline numbers (`n/a` where not measured).
+    pub fn console(&self) -> String {
+        let s = &self.summary;
+        let m = &s.steady;
+        let w = &self.steady_window;
+        let mut out = String::new();
+        let mut line = |text: String| {
+            out.push_str(text.trim_end());
+            out.push('\n');
+        };
+
+        let errors = if s.errors_by_kind.is_empty() {
+            String::new()
+        } else {
+            let kinds: Vec<String> = s
+                .errors_by_kind
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            format!(" ({})", kinds.join(", "))
+        };
+        line(format!(
+            "{} — concurrency {}",
+            self.generated_by, w.concurrency
+        ));
+        line(format!(
+            "turns          ok {}  failed {}{errors}",
+            s.turns_ok, s.turns_failed
+        ));
+        line(format!(
+            "sessions       completed {}  truncated {}  context_guard {}  timeout {}  failed {}",
+            s.sessions_completed,
+            s.sessions_truncated,
+            s.sessions_context_guard,
+            s.sessions_timeout,
+            s.sessions_failed
+        ));
+        let range = match (w.start_s, w.end_s) {
+            (Some(a), Some(b)) => format!(", {a:.1}–{b:.1} s"),
+            _ => String::new(),
+        };
+        line(format!(
+            "steady window  {} of {} turns (active at dispatch ≥ {}){range}",
+            w.turns, w.turns_total, w.min_active
+        ));
+        line(String::new());
+        line(format!(
+            "{:<22}{:>10}{:>10}{:>10}{:>10}{:>8}",
+            "steady window, ms", "p50", "p90", "p99", "mean", "n"
+        ));
+        let dist = |name: &str, d: &Dist| {
+            format!(
+                "{name:<22}{:>10}{:>10}{:>10}{:>10}{:>8}",
+                num(d.p50, 1),
+                num(d.p90, 1),
+                num(d.p99, 1),
+                num(d.mean, 1),
+                d.count
+            )
+        };
+        let pooled = |name: &str, d: &PooledDist| {
+            format!(
+                "{name:<22}{:>10}{:>10}{:>10}{:>10}{:>8}",
+                num(d.p50, 2),
+                num(d.p90, 2),
+                num(d.p99, 2),
+                num(d.mean, 2),
+                d.count
+            )
+        };
+        line(dist("TTFT", &m.ttft_ms));
+        line(dist("  TTFT turn 1", &m.ttft_first_turn_ms));
+        line(dist("  TTFT turns 2+", &m.ttft_later_turns_ms));
+        line(format!(
+            "  TTFT 2+/1 (p50)     {:>10}",
+            num(m.ttft_later_over_first_p50, 2)
+        ));
+        line(dist("TPOT", &m.tpot_ms));
+        line(pooled("ITL (chunk gaps)", &m.itl_ms));
+        line(dist("e2e", &m.e2e_ms));
+        line(String::new());
+        line(format!(
+            "output tok/s   {} (peak 1 s {})   input tok/s {}   turns/s {}",
+            num(m.output_throughput_tok_s, 1),
+            num(m.peak_output_tok_s_1s, 1),
+            num(m.input_throughput_tok_s, 1),
+            num(m.request_throughput_turns_s, 2)
+        ));
+        line(format!(
+            "per-user tok/s p50 {}  mean {}  (session plays: {})",
+            num(m.per_user_output_tok_s.p50, 1),
+            num(m.per_user_output_tok_s.mean, 1),
+            m.per_user_output_tok_s.sessions
+        ));
+        let host = match m.prefix_cache_host_share {
+            Some(h) => format!(" (host tier {})", pct(Some(h))),
+            None => String::new(),
+        };
+        line(format!(
+            "prefix cache   {} of input tokens{host}",
+            pct(m.prefix_cache_ratio)
+        ));
+        match &m.osl_fidelity {
+            Some(o) => line(format!(
+                "OSL fidelity   achieved {:.1} / recorded {:.1} = {} ({})",
+                o.achieved_mean,
+                o.recorded_mean,
+                num(o.ratio, 3),
+                if o.within_10pct {
+                    "within ±10%"
+                } else {
+                    "OUTSIDE ±10%"
+                }
+            )),
+            None => line("OSL fidelity   n/a".to_owned()),
+        }
+        if m.routing_stickiness.is_some() {
+            line(format!("stickiness     {}", pct(m.routing_stickiness)));
+        }
+        if let Some(slo) = &self.slo {
+            line(format!(
+                "goodput        {} turns/s  (SLO attainment {}; {slo})",
+                num(m.goodput_turns_s, 2),
+                pct(m.slo_attainment)
+            ));
+        }
+        line(format!(
+            "dispatch lag   p50 {} ms  p99 {} ms  max {} ms",
+            num(m.dispatch_lag_ms.p50, 1),
+            num(m.dispatch_lag_ms.p99, 1),
+            num(m.dispatch_lag_ms.max, 1)
+        ));
+        out
+    }
+}

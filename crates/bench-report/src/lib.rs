@@ -1,0 +1,30 @@
+//! `bench-report`: run records and the metrics computed from them (plain synchronous code).
+//!
+//! - [`record`]: the records a run writes ([`TurnRecord`], [`SessionRecord`]), the shared
+//!   contract with the runner.
+//! - [`compute`]: records → [`RunResult`], the `result.json` document (steady window, TTFT split,
+//!   TPOT, pooled chunk gaps, e2e by turn and input band, throughput, prefix-cache ratio,
+//!   output-length fidelity, routing stickiness, goodput, dispatch lag).
+//! - [`RunResult::console`]: the human report.
+//! - [`percentile`]: the single percentile method (linear interpolation, NumPy's default).
+//!
+//! Every definition is written down in `docs/report.md`; the JSON Schema of `result.json` is
+//! `docs/result.schema.json`.
+
+pub mod record;
+
+mod console;
+mod result;
+mod slo;
+mod stats;
+
+pub use record::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
+pub use result::{
+    DEFAULT_STEADY_FRAC, Dist, KeyedP50, LagDist, Metrics, OslFidelity, PerUserRate, RunInfo,
+    RunResult, SteadyWindow, Summary, compute, input_band, min_active,
+};
+pub use slo::{Slo, SloParseError};
+pub use stats::{ITL_EXACT_LIMIT, PooledDist, percentile};
+
+/// Version of the `result.json` document ([`RunResult`]); bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;

@@ -1,0 +1,133 @@
+//! The records a run writes: one [`TurnRecord`] per finished turn (`turns.jsonl`) and one
+//! [`SessionRecord`] per finished session play (`sessions.jsonl`).
+//!
+//! Stable keys scripts rely on: `session_id`, `turn_index`, `status`, `error_kind`, `ttft_ms`,
+//! `e2e_ms`, `input_tokens`, `output_tokens`, `cached_tokens`. Times are monotonic offsets from
+//! the run start in seconds (`*_s`) plus UTC wall times (`*_utc`, RFC 3339). "Not measured" is
+//! `null`, never `0`.
+
+use serde::{Deserialize, Serialize};
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TurnStatus {
+    /// A complete response.
+    Ok,
+    /// A failure other than a timeout (the kind is in `error_kind`).
+    Error,
+    /// The request did not finish within its timeout.
+    Timeout,
+}
+
+/// Where a token count came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CountSource {
+    /// The server's `usage`.
+    Server,
+    /// Counted or estimated by the client (tokenizer at plan time, or ~4 chars/token).
+    Client,
+}
+
+/// One finished turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    /// Session id from the plan.
+    pub session_id: String,
+    /// Which play of the session this is (0 first; the pool loops in duration runs).
+    pub replay: u32,
+    /// Turn position in the session.
+    pub turn_index: u32,
+    /// How the turn ended.
+    pub status: TurnStatus,
+    /// Error kind (`http_status`, `io`, `timeout`, ...) when not ok.
+    pub error_kind: Option<String>,
+    /// Error detail (one line) when not ok.
+    pub error: Option<String>,
+    /// Request sent → first output chunk, ms.
+    pub ttft_ms: Option<f64>,
+    /// Request sent → end of body, ms.
+    pub e2e_ms: Option<f64>,
+    /// `(e2e − ttft) / (output_tokens − 1)`, ms.
+    pub tpot_ms: Option<f64>,
+    /// Gaps between consecutive output chunks, ms.
+    pub chunk_gaps_ms: Vec<f64>,
+    /// Prompt tokens (server usage, else the plan's estimate).
+    pub input_tokens: Option<u64>,
+    /// Where `input_tokens` came from.
+    pub input_tokens_source: Option<CountSource>,
+    /// Output tokens (server usage, else counted by the client).
+    pub output_tokens: Option<u64>,
+    /// Where `output_tokens` came from.
+    pub output_tokens_source: Option<CountSource>,
+    /// Prefix-cache hits reported by the server (`null` when not reported).
+    pub cached_tokens: Option<u64>,
+    /// SGLang: hits served from device memory.
+    pub cached_device_tokens: Option<u64>,
+    /// SGLang: hits served from the host tier.
+    pub cached_host_tokens: Option<u64>,
+    /// Output tokens the request was pinned to.
+    pub max_output_tokens: u32,
+    /// Output tokens the recording produced, when known (output-length fidelity).
+    pub recorded_output_tokens: Option<u64>,
+    /// Sessions active (in a turn or a tool wait) when this turn was sent.
+    pub active_at_dispatch: u32,
+    /// When the turn was due (after its tool wait), s since the run start.
+    pub due_s: f64,
+    /// When the request was sent, s since the run start.
+    pub sent_s: f64,
+    /// When the first output chunk arrived, s since the run start.
+    pub first_token_s: Option<f64>,
+    /// When the response ended (or failed), s since the run start.
+    pub end_s: f64,
+    /// Wall time the request was sent (RFC 3339 UTC).
+    pub sent_utc: String,
+    /// Wall time the response ended (RFC 3339 UTC).
+    pub end_utc: String,
+    /// Value of the worker header on the response, if configured.
+    pub worker: Option<String>,
+    /// Requests re-sent because a pooled connection had been closed by the server.
+    pub redials: u32,
+    /// Part of the unmeasured warmup.
+    pub warmup: bool,
+}
+
+/// How a session play ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    /// Every planned turn was played.
+    Completed,
+    /// Cut at a turn boundary by the duration deadline or the fuse.
+    Truncated,
+    /// Stopped because the next prompt plus pinned output would not fit the model's window.
+    ContextGuard,
+    /// Stopped by the per-session timeout.
+    Timeout,
+    /// Stopped after a failed turn.
+    Failed,
+}
+
+/// One finished session play.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// Session id from the plan.
+    pub session_id: String,
+    /// Which play of the session this is.
+    pub replay: u32,
+    /// How it ended.
+    pub status: SessionStatus,
+    /// Turns played (ok or not).
+    pub turns_played: u32,
+    /// Turns planned.
+    pub turns_planned: u32,
+    /// Σ output tokens of its ok turns.
+    pub output_tokens: u64,
+    /// Time spent in requests (tool waits excluded), s.
+    pub busy_s: f64,
+    /// The cache-busting marker inserted after the system prompt, if any.
+    pub marker: Option<String>,
+    /// Part of the unmeasured warmup.
+    pub warmup: bool,
+}

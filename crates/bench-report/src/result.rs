@@ -1,0 +1,657 @@
+//! Records → [`RunResult`], the `result.json` document. Definitions: `docs/report.md`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::SCHEMA_VERSION;
+use crate::record::{SessionRecord, SessionStatus, TurnRecord, TurnStatus};
+use crate::slo::Slo;
+use crate::stats::{ITL_EXACT_LIMIT, PooledDist, mean, percentile, sorted_finite};
+
+/// Default share of the concurrency that must be active for a turn to be in the steady window.
+pub const DEFAULT_STEADY_FRAC: f64 = 0.9;
+
+/// What [`compute`] needs to know about the run besides its records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunInfo {
+    /// Target concurrency `C` (sessions in flight).
+    pub concurrency: u32,
+    /// A turn is in the steady window when at least `ceil(steady_frac × C)` sessions were active
+    /// when it was sent ([`DEFAULT_STEADY_FRAC`] by default).
+    pub steady_frac: f64,
+    /// Wall time of the measured run (warmup excluded), s: the denominator of the whole-run
+    /// throughputs. Not positive or not finite: the span of the run's ok turns is used instead.
+    pub duration_s: f64,
+    /// Latency bounds for goodput and SLO attainment, if given.
+    pub slo: Option<Slo>,
+    /// The resolved run config, echoed into `result.json` as `config`.
+    pub config: serde_json::Value,
+}
+
+impl Default for RunInfo {
+    fn default() -> Self {
+        Self {
+            concurrency: 1,
+            steady_frac: DEFAULT_STEADY_FRAC,
+            duration_s: 0.0,
+            slo: None,
+            config: serde_json::Value::Null,
+        }
+    }
+}
+
+/// The `result.json` document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// `"bench <version>"`.
+    pub generated_by: String,
+    /// The resolved run config ([`RunInfo::config`]).
+    pub config: serde_json::Value,
+    /// The SLO goodput was measured against (`null` without one).
+    pub slo: Option<Slo>,
+    /// Whole-run counts, then the metrics of the steady window.
+    pub summary: Summary,
+    /// The same metrics over every measured (non-warmup) ok turn.
+    pub overall: Metrics,
+    /// How the steady window was cut.
+    pub steady_window: SteadyWindow,
+}
+
+/// Whole-run counts (every non-warmup record) and the steady-window metrics (flattened beside
+/// them in JSON).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Turns that ended ok.
+    pub turns_ok: u64,
+    /// Turns that ended in an error or a timeout.
+    pub turns_failed: u64,
+    /// Failed turns by `error_kind` (`timeout` when a timed-out turn has none, else `unknown`).
+    pub errors_by_kind: BTreeMap<String, u64>,
+    /// Session plays that played every planned turn.
+    pub sessions_completed: u64,
+    /// Session plays cut by the duration deadline or the fuse.
+    pub sessions_truncated: u64,
+    /// Session plays stopped by the context guard.
+    pub sessions_context_guard: u64,
+    /// Session plays stopped by the per-session timeout.
+    pub sessions_timeout: u64,
+    /// Session plays stopped after a failed turn.
+    pub sessions_failed: u64,
+    /// Metrics over the steady window.
+    #[serde(flatten)]
+    pub steady: Metrics,
+}
+
+/// Latency and throughput metrics over one set of ok turns (the steady window, or the whole run).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    /// Ok turns in the set.
+    pub turns: u64,
+    /// The time the throughputs are divided by, s (`null` when not positive).
+    pub span_s: Option<f64>,
+    /// Time to first token, ms.
+    pub ttft_ms: Dist,
+    /// TTFT of first turns (`turn_index` 0), ms.
+    pub ttft_first_turn_ms: Dist,
+    /// TTFT of later turns (`turn_index` ≥ 1), ms.
+    pub ttft_later_turns_ms: Dist,
+    /// `ttft_later_turns_ms.p50 / ttft_first_turn_ms.p50`.
+    pub ttft_later_over_first_p50: Option<f64>,
+    /// Per-turn time per output token, ms.
+    pub tpot_ms: Dist,
+    /// Gaps between consecutive output chunks, pooled over turns, ms.
+    pub itl_ms: PooledDist,
+    /// Turn latency (request sent → end of body), ms.
+    pub e2e_ms: Dist,
+    /// Median e2e by turn index: `"0"` … `"9"`, `"10+"`.
+    pub e2e_by_turn_index_ms: KeyedP50,
+    /// Median e2e by input-token band (K = 1024): `0-2K`, `2-8K`, `8-16K`, `16-32K`, `32K+`.
+    pub e2e_by_input_band_ms: KeyedP50,
+    /// Σ output tokens ÷ `span_s`.
+    pub output_throughput_tok_s: Option<f64>,
+    /// Σ input tokens ÷ `span_s`.
+    pub input_throughput_tok_s: Option<f64>,
+    /// Turns ÷ `span_s`.
+    pub request_throughput_turns_s: Option<f64>,
+    /// Largest output-token count in one 1-second bin of the run clock.
+    pub peak_output_tok_s_1s: Option<f64>,
+    /// Per session play: output tokens ÷ time in requests (tool waits excluded).
+    pub per_user_output_tok_s: PerUserRate,
+    /// Σ cached ÷ Σ input tokens over turns that reported `cached_tokens`.
+    pub prefix_cache_ratio: Option<f64>,
+    /// Σ host-tier hits ÷ Σ cached tokens over turns that reported the split.
+    pub prefix_cache_host_share: Option<f64>,
+    /// Achieved vs recorded output length.
+    pub osl_fidelity: Option<OslFidelity>,
+    /// Mean over session plays of the share of their turns served by their most frequent worker.
+    pub routing_stickiness: Option<f64>,
+    /// Turns meeting every SLO bound ÷ `span_s` (`null` without an SLO).
+    pub goodput_turns_s: Option<f64>,
+    /// Share of turns meeting every SLO bound (`null` without an SLO).
+    pub slo_attainment: Option<f64>,
+    /// How late requests left: `sent_s − due_s`, ms.
+    pub dispatch_lag_ms: LagDist,
+}
+
+/// Summary of an exactly computed distribution (see [`percentile`]); fields are `null` when there
+/// are no samples.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Dist {
+    /// Number of samples.
+    pub count: u64,
+    /// Median.
+    pub p50: Option<f64>,
+    /// 90th percentile.
+    pub p90: Option<f64>,
+    /// 95th percentile.
+    pub p95: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+    /// Arithmetic mean.
+    pub mean: Option<f64>,
+    /// Largest sample.
+    pub max: Option<f64>,
+}
+
+impl Dist {
+    /// Summarizes `values` (non-finite ones dropped).
+    pub fn from_values(values: impl IntoIterator<Item = f64>) -> Self {
+        let s = sorted_finite(values);
+        Self {
+            count: s.len() as u64,
+            p50: percentile(&s, 0.50),
+            p90: percentile(&s, 0.90),
+            p95: percentile(&s, 0.95),
+            p99: percentile(&s, 0.99),
+            mean: mean(&s),
+            max: s.last().copied(),
+        }
+    }
+}
+
+/// Dispatch-lag summary, ms.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LagDist {
+    /// Number of samples.
+    pub count: u64,
+    /// Median.
+    pub p50: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+    /// Largest lag.
+    pub max: Option<f64>,
+}
+
+/// Per-user output rate over session plays, tok/s.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PerUserRate {
+    /// Session plays with time in requests.
+    pub sessions: u64,
+    /// Median over session plays.
+    pub p50: Option<f64>,
+    /// Mean over session plays.
+    pub mean: Option<f64>,
+}
+
+/// Output-length fidelity: achieved vs recorded output tokens over turns that have both.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OslFidelity {
+    /// Turns with both counts.
+    pub turns: u64,
+    /// Mean achieved `output_tokens`.
+    pub achieved_mean: f64,
+    /// Mean `recorded_output_tokens`.
+    pub recorded_mean: f64,
+    /// `achieved_mean / recorded_mean` (`null` when the recorded mean is 0).
+    pub ratio: Option<f64>,
+    /// `|ratio − 1| ≤ 0.1`.
+    pub within_10pct: bool,
+}
+
+/// How the steady window was cut (auditable trim).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SteadyWindow {
+    /// Target concurrency `C`.
+    pub concurrency: u32,
+    /// The `steady_frac` used.
+    pub steady_frac: f64,
+    /// `ceil(steady_frac × C)`: the fewest active sessions at dispatch for a turn to count.
+    pub min_active: u32,
+    /// Ok turns in the window.
+    pub turns: u64,
+    /// Measured (non-warmup) turns of any status.
+    pub turns_total: u64,
+    /// `sent_s` of the first turn in the window (`null` when empty).
+    pub start_s: Option<f64>,
+    /// `end_s` of the last turn in the window (`null` when empty).
+    pub end_s: Option<f64>,
+    /// Measured turns by `active_at_dispatch` (JSON keys are the counts as strings).
+    pub concurrency_histogram: BTreeMap<u32, u64>,
+}
+
+/// Labeled medians in a fixed order (serialized as a JSON object, `null` for empty labels).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeyedP50(pub Vec<(String, Option<f64>)>);
+
+impl KeyedP50 {
+    /// The median under `label`, if the label exists and had samples.
+    pub fn get(&self, label: &str) -> Option<f64> {
+        self.0
+            .iter()
+            .find(|(l, _)| l == label)
+            .and_then(|(_, v)| *v)
+    }
+}
+
+impl Serialize for KeyedP50 {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyedP50 {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = KeyedP50;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of label to number or null")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<KeyedP50, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = a.next_entry::<String, Option<f64>>()? {
+                    v.push(e);
+                }
+                Ok(KeyedP50(v))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Turn-index labels of `e2e_by_turn_index_ms`.
+const TURN_INDEX_LABELS: [&str; 11] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10+"];
+
+/// Input-band labels of `e2e_by_input_band_ms`, in order.
+const INPUT_BAND_LABELS: [&str; 5] = ["0-2K", "2-8K", "8-16K", "16-32K", "32K+"];
+
+/// The input-length band of a prompt (K = 1024, lower bound inclusive): `0-2K` is
+/// `[0, 2048)`, `2-8K` `[2048, 8192)`, `8-16K` `[8192, 16384)`, `16-32K` `[16384, 32768)`,
+/// `32K+` the rest.
+pub fn input_band(input_tokens: u64) -> &'static str {
+    match input_tokens {
+        0..2048 => "0-2K",
+        2048..8192 => "2-8K",
+        8192..16384 => "8-16K",
+        16384..32768 => "16-32K",
+        _ => "32K+",
+    }
+}
+
+/// `ceil(steady_frac × concurrency)`; `steady_frac` is clamped to `[0, 1]` (NaN → the default).
+/// A tolerance of 1e-9 keeps products like `0.9 × 30` from rounding up past the integer.
+pub fn min_active(steady_frac: f64, concurrency: u32) -> u32 {
+    let f = if steady_frac.is_nan() {
+        DEFAULT_STEADY_FRAC
+    } else {
+        steady_frac.clamp(0.0, 1.0)
+    };
+    let x = f * f64::from(concurrency);
+    ((x - 1e-9).ceil().max(0.0) as u32).min(concurrency)
+}
+
+/// Computes the `result.json` document. Warmup records (`warmup == true`) are ignored everywhere.
+pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInfo) -> RunResult {
+    let measured: Vec<&TurnRecord> = records.iter().filter(|r| !r.warmup).collect();
+    let ok: Vec<&TurnRecord> = measured
+        .iter()
+        .copied()
+        .filter(|r| r.status == TurnStatus::Ok)
+        .collect();
+    let min_active = min_active(info.steady_frac, info.concurrency);
+    let steady: Vec<&TurnRecord> = ok
+        .iter()
+        .copied()
+        .filter(|r| r.active_at_dispatch >= min_active)
+        .collect();
+
+    let (steady_start, steady_end) = time_range(&steady);
+    let steady_span = positive(steady_end.zip(steady_start).map(|(e, s)| e - s));
+    let overall_span = if info.duration_s.is_finite() && info.duration_s > 0.0 {
+        Some(info.duration_s)
+    } else {
+        let (s, e) = time_range(&ok);
+        positive(e.zip(s).map(|(e, s)| e - s))
+    };
+    let slo = info.slo.as_ref();
+
+    let mut summary = Summary {
+        steady: Metrics::from_turns(&steady, steady_span, slo),
+        ..Summary::default()
+    };
+    for r in &measured {
+        if r.status == TurnStatus::Ok {
+            summary.turns_ok += 1;
+        } else {
+            summary.turns_failed += 1;
+            let kind = match (&r.error_kind, r.status) {
+                (Some(k), _) => k.clone(),
+                (None, TurnStatus::Timeout) => "timeout".to_owned(),
+                (None, _) => "unknown".to_owned(),
+            };
+            *summary.errors_by_kind.entry(kind).or_default() += 1;
+        }
+    }
+    for s in sessions.iter().filter(|s| !s.warmup) {
+        let slot = match s.status {
+            SessionStatus::Completed => &mut summary.sessions_completed,
+            SessionStatus::Truncated => &mut summary.sessions_truncated,
+            SessionStatus::ContextGuard => &mut summary.sessions_context_guard,
+            SessionStatus::Timeout => &mut summary.sessions_timeout,
+            SessionStatus::Failed => &mut summary.sessions_failed,
+        };
+        *slot += 1;
+    }
+
+    let mut concurrency_histogram = BTreeMap::new();
+    for r in &measured {
+        *concurrency_histogram
+            .entry(r.active_at_dispatch)
+            .or_default() += 1;
+    }
+
+    RunResult {
+        schema_version: SCHEMA_VERSION,
+        generated_by: format!("bench {}", env!("CARGO_PKG_VERSION")),
+        config: info.config.clone(),
+        slo: info.slo,
+        summary,
+        overall: Metrics::from_turns(&ok, overall_span, slo),
+        steady_window: SteadyWindow {
+            concurrency: info.concurrency,
+            steady_frac: info.steady_frac,
+            min_active,
+            turns: steady.len() as u64,
+            turns_total: measured.len() as u64,
+            start_s: steady_start,
+            end_s: steady_end,
+            concurrency_histogram,
+        },
+    }
+}
+
+/// `(min sent_s, max end_s)` over finite times.
+fn time_range(turns: &[&TurnRecord]) -> (Option<f64>, Option<f64>) {
+    let start = turns
+        .iter()
+        .map(|r| r.sent_s)
+        .filter(|t| t.is_finite())
+        .min_by(f64::total_cmp);
+    let end = turns
+        .iter()
+        .map(|r| r.end_s)
+        .filter(|t| t.is_finite())
+        .max_by(f64::total_cmp);
+    (start, end)
+}
+
+fn positive(x: Option<f64>) -> Option<f64> {
+    x.filter(|x| x.is_finite() && *x > 0.0)
+}
+
+fn ratio(num: f64, den: f64) -> Option<f64> {
+    positive(Some(den))
+        .map(|d| num / d)
+        .filter(|r| r.is_finite())
+}
+
+/// Time the turn spent in its request, s.
+fn busy_s(r: &TurnRecord) -> f64 {
+    match r.e2e_ms {
+        Some(ms) if ms.is_finite() => ms / 1000.0,
+        _ => r.end_s - r.sent_s,
+    }
+}
+
+impl Metrics {
+    /// Metrics over `turns` (only ok ones are used); throughputs divide by `span_s`.
+    pub fn from_turns(turns: &[&TurnRecord], span_s: Option<f64>, slo: Option<&Slo>) -> Self {
+        let turns: Vec<&TurnRecord> = turns
+            .iter()
+            .copied()
+            .filter(|r| r.status == TurnStatus::Ok)
+            .collect();
+        let span_s = positive(span_s);
+        let per_span = |x: f64| span_s.map(|s| x / s);
+
+        let ttft_ms = Dist::from_values(turns.iter().filter_map(|r| r.ttft_ms));
+        let ttft_first_turn_ms = Dist::from_values(
+            turns
+                .iter()
+                .filter(|r| r.turn_index == 0)
+                .filter_map(|r| r.ttft_ms),
+        );
+        let ttft_later_turns_ms = Dist::from_values(
+            turns
+                .iter()
+                .filter(|r| r.turn_index > 0)
+                .filter_map(|r| r.ttft_ms),
+        );
+        let ttft_later_over_first_p50 = match (ttft_later_turns_ms.p50, ttft_first_turn_ms.p50) {
+            (Some(l), Some(f)) => ratio(l, f),
+            _ => None,
+        };
+
+        let gaps: Vec<f64> = turns
+            .iter()
+            .flat_map(|r| r.chunk_gaps_ms.iter().copied())
+            .collect();
+
+        let mut by_index: Vec<Vec<f64>> = vec![Vec::new(); TURN_INDEX_LABELS.len()];
+        let mut by_band: Vec<Vec<f64>> = vec![Vec::new(); INPUT_BAND_LABELS.len()];
+        for r in &turns {
+            let Some(e2e) = r.e2e_ms else { continue };
+            let i = (r.turn_index as usize).min(TURN_INDEX_LABELS.len() - 1);
+            by_index[i].push(e2e);
+            if let Some(input) = r.input_tokens {
+                let band = input_band(input);
+                if let Some(b) = INPUT_BAND_LABELS.iter().position(|l| *l == band) {
+                    by_band[b].push(e2e);
+                }
+            }
+        }
+        let keyed = |labels: &[&str], groups: Vec<Vec<f64>>| {
+            KeyedP50(
+                labels
+                    .iter()
+                    .zip(groups)
+                    .map(|(l, g)| ((*l).to_owned(), percentile(&sorted_finite(g), 0.5)))
+                    .collect(),
+            )
+        };
+
+        let out_tokens: u64 = turns.iter().filter_map(|r| r.output_tokens).sum();
+        let in_tokens: u64 = turns.iter().filter_map(|r| r.input_tokens).sum();
+
+        let lags = sorted_finite(turns.iter().map(|r| (r.sent_s - r.due_s) * 1000.0));
+
+        let (goodput_turns_s, slo_attainment) = match slo {
+            Some(slo) if !turns.is_empty() => {
+                let good = turns.iter().filter(|r| slo.is_met_by(r)).count() as f64;
+                (per_span(good), Some(good / turns.len() as f64))
+            }
+            _ => (None, None),
+        };
+
+        Self {
+            turns: turns.len() as u64,
+            span_s,
+            ttft_ms,
+            ttft_first_turn_ms,
+            ttft_later_turns_ms,
+            ttft_later_over_first_p50,
+            tpot_ms: Dist::from_values(turns.iter().filter_map(|r| r.tpot_ms)),
+            itl_ms: PooledDist::from_values(&gaps, ITL_EXACT_LIMIT),
+            e2e_ms: Dist::from_values(turns.iter().filter_map(|r| r.e2e_ms)),
+            e2e_by_turn_index_ms: keyed(&TURN_INDEX_LABELS, by_index),
+            e2e_by_input_band_ms: keyed(&INPUT_BAND_LABELS, by_band),
+            output_throughput_tok_s: per_span(out_tokens as f64),
+            input_throughput_tok_s: per_span(in_tokens as f64),
+            request_throughput_turns_s: per_span(turns.len() as f64),
+            peak_output_tok_s_1s: peak_1s(&turns),
+            per_user_output_tok_s: per_user(&turns),
+            prefix_cache_ratio: cache_ratio(&turns),
+            prefix_cache_host_share: host_share(&turns),
+            osl_fidelity: osl_fidelity(&turns),
+            routing_stickiness: stickiness(&turns),
+            goodput_turns_s,
+            slo_attainment,
+            dispatch_lag_ms: LagDist {
+                count: lags.len() as u64,
+                p50: percentile(&lags, 0.5),
+                p99: percentile(&lags, 0.99),
+                max: lags.last().copied(),
+            },
+        }
+    }
+}
+
+/// Peak output rate: each turn's output tokens spread uniformly over `[first_token_s, end_s]`
+/// (all at `end_s` when that interval is empty or unknown), binned in whole seconds of the run
+/// clock (`[k, k+1)`), the fullest bin.
+fn peak_1s(turns: &[&TurnRecord]) -> Option<f64> {
+    let mut bins: HashMap<i64, f64> = HashMap::new();
+    for r in turns {
+        let Some(n) = r.output_tokens.filter(|n| *n > 0) else {
+            continue;
+        };
+        let n = n as f64;
+        let b = r.end_s;
+        if !b.is_finite() {
+            continue;
+        }
+        let a = r.first_token_s.filter(|a| a.is_finite()).unwrap_or(b);
+        if b <= a {
+            *bins.entry(b.floor() as i64).or_default() += n;
+            continue;
+        }
+        let rate = n / (b - a);
+        let (k0, k1) = (a.floor() as i64, b.floor() as i64);
+        for k in k0..=k1 {
+            let overlap = b.min((k + 1) as f64) - a.max(k as f64);
+            if overlap > 0.0 {
+                *bins.entry(k).or_default() += rate * overlap;
+            }
+        }
+    }
+    bins.into_values().max_by(f64::total_cmp)
+}
+
+/// Group key of a session play.
+fn play(r: &TurnRecord) -> (&str, u32) {
+    (r.session_id.as_str(), r.replay)
+}
+
+/// Per session play: Σ output tokens ÷ Σ time in requests of its turns in the set.
+fn per_user(turns: &[&TurnRecord]) -> PerUserRate {
+    let mut plays: HashMap<(&str, u32), (u64, f64)> = HashMap::new();
+    for r in turns {
+        let e = plays.entry(play(r)).or_default();
+        e.0 += r.output_tokens.unwrap_or(0);
+        let busy = busy_s(r);
+        if busy.is_finite() && busy > 0.0 {
+            e.1 += busy;
+        }
+    }
+    let rates = sorted_finite(
+        plays
+            .values()
+            .filter(|(_, busy)| *busy > 0.0)
+            .map(|(tok, busy)| *tok as f64 / busy),
+    );
+    PerUserRate {
+        sessions: rates.len() as u64,
+        p50: percentile(&rates, 0.5),
+        mean: mean(&rates),
+    }
+}
+
+/// Σ cached ÷ Σ input over turns that reported both.
+fn cache_ratio(turns: &[&TurnRecord]) -> Option<f64> {
+    let (mut cached, mut input, mut any) = (0_u64, 0_u64, false);
+    for r in turns {
+        if let (Some(c), Some(i)) = (r.cached_tokens, r.input_tokens) {
+            cached += c;
+            input += i;
+            any = true;
+        }
+    }
+    if any {
+        ratio(cached as f64, input as f64)
+    } else {
+        None
+    }
+}
+
+/// Σ host-tier hits ÷ Σ cached over turns that reported both.
+fn host_share(turns: &[&TurnRecord]) -> Option<f64> {
+    let (mut host, mut cached) = (0_u64, 0_u64);
+    for r in turns {
+        if let (Some(h), Some(c)) = (r.cached_host_tokens, r.cached_tokens) {
+            host += h;
+            cached += c;
+        }
+    }
+    ratio(host as f64, cached as f64)
+}
+
+fn osl_fidelity(turns: &[&TurnRecord]) -> Option<OslFidelity> {
+    let pairs: Vec<(u64, u64)> = turns
+        .iter()
+        .filter_map(|r| r.output_tokens.zip(r.recorded_output_tokens))
+        .collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    let n = pairs.len() as f64;
+    let achieved_mean = pairs.iter().map(|p| p.0 as f64).sum::<f64>() / n;
+    let recorded_mean = pairs.iter().map(|p| p.1 as f64).sum::<f64>() / n;
+    let ratio = ratio(achieved_mean, recorded_mean);
+    Some(OslFidelity {
+        turns: pairs.len() as u64,
+        achieved_mean,
+        recorded_mean,
+        ratio,
+        within_10pct: ratio.is_some_and(|r| (r - 1.0).abs() <= 0.1 + 1e-12),
+    })
+}
+
+/// Mean over session plays with at least two worker-tagged turns of the share of those turns
+/// served by the play's most frequent worker.
+fn stickiness(turns: &[&TurnRecord]) -> Option<f64> {
+    let mut plays: HashMap<(&str, u32), HashMap<&str, u64>> = HashMap::new();
+    for r in turns {
+        if let Some(w) = r.worker.as_deref() {
+            *plays.entry(play(r)).or_default().entry(w).or_default() += 1;
+        }
+    }
+    let shares: Vec<f64> = plays
+        .values()
+        .filter_map(|workers| {
+            let total: u64 = workers.values().sum();
+            let top = workers.values().copied().max().unwrap_or(0);
+            (total >= 2).then(|| top as f64 / total as f64)
+        })
+        .collect();
+    mean(&shares)
+}

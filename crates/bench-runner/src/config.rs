@@ -1,0 +1,183 @@
+//! Run settings and the request body built from them.
+
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+use serde::Serialize;
+
+/// What joins the conversation after each turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContentMode {
+    /// The recorded assistant text (reproducible across engines).
+    #[default]
+    Trace,
+    /// What the server generated.
+    Model,
+}
+
+/// How a run behaves. `RunConfig::new(model, concurrency)` gives the defaults.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunConfig {
+    /// Model name sent in every request.
+    pub model: String,
+    /// Workers: sessions played at once.
+    pub concurrency: u32,
+    /// Loop the pool; no new session or turn after this.
+    pub duration: Option<Duration>,
+    /// The hard fuse on the whole run.
+    pub max_duration: Option<Duration>,
+    /// Per-request timeout (tightened by what is left of the fuse).
+    pub turn_timeout: Duration,
+    /// Stop a session that has run this long (at its next turn boundary).
+    pub session_timeout: Option<Duration>,
+    /// The model's window: a session stops when its next prompt plus pinned output would not fit.
+    pub max_model_len: Option<u64>,
+    /// Multiplies every tool wait.
+    pub gap_scale: f64,
+    /// Skip tool waits.
+    pub no_gaps: bool,
+    /// Tool waits are capped at this many ms.
+    pub gap_cap_ms: f64,
+    /// Mark each replay of a recycled session so it cannot hit the cache its previous play warmed.
+    pub cache_bust: bool,
+    /// Send `max_tokens` instead of `max_completion_tokens`.
+    pub legacy_max_tokens: bool,
+    /// Send `ignore_eos: true` with the pinned output length.
+    pub ignore_eos: bool,
+    /// What joins the conversation after each turn.
+    pub content_mode: ContentMode,
+    /// Stream responses (with `stream_options.include_usage`).
+    pub stream: bool,
+    /// JSON fields merged into every body last (a `null` removes a field).
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Header carrying a stable per-session routing key, if any.
+    #[serde(skip)]
+    pub routing_header: Option<HeaderName>,
+    /// Response header naming the worker that served a turn.
+    #[serde(skip)]
+    pub worker_header: Option<HeaderName>,
+}
+
+impl RunConfig {
+    /// Defaults: no duration, 600 s turn timeout, gaps honoured (capped at 30 s), cache
+    /// busting on, output pinned with `max_completion_tokens` + `ignore_eos`, trace content,
+    /// streaming.
+    pub fn new(model: impl Into<String>, concurrency: u32) -> Self {
+        RunConfig {
+            model: model.into(),
+            concurrency,
+            duration: None,
+            max_duration: None,
+            turn_timeout: Duration::from_secs(600),
+            session_timeout: None,
+            max_model_len: None,
+            gap_scale: 1.0,
+            no_gaps: false,
+            gap_cap_ms: 30_000.0,
+            cache_bust: true,
+            legacy_max_tokens: false,
+            ignore_eos: true,
+            content_mode: ContentMode::Trace,
+            stream: true,
+            extra_body: serde_json::Map::new(),
+            routing_header: None,
+            worker_header: None,
+        }
+    }
+
+    /// The request body: a concatenation of constant pieces and the conversation so far
+    /// (`messages` is the comma-separated message objects, already JSON).
+    pub fn body(&self, messages: &str, max_output_tokens: u32) -> String {
+        let mut b = String::with_capacity(messages.len() + 256);
+        let has = |k: &str| self.extra_body.contains_key(k);
+        b.push('{');
+        if !has("model") {
+            b.push_str("\"model\":");
+            b.push_str(&serde_json::to_string(&self.model).unwrap_or_default());
+            b.push(',');
+        }
+        b.push_str("\"messages\":[");
+        b.push_str(messages);
+        b.push(']');
+        let cap = if self.legacy_max_tokens {
+            "max_tokens"
+        } else {
+            "max_completion_tokens"
+        };
+        if !has(cap) {
+            b.push_str(&format!(",\"{cap}\":{max_output_tokens}"));
+        }
+        if self.ignore_eos && !has("ignore_eos") {
+            b.push_str(",\"ignore_eos\":true");
+        }
+        if !has("stream") {
+            b.push_str(if self.stream {
+                ",\"stream\":true"
+            } else {
+                ",\"stream\":false"
+            });
+        }
+        if self.stream && !has("stream_options") {
+            b.push_str(",\"stream_options\":{\"include_usage\":true}");
+        }
+        for (k, v) in &self.extra_body {
+            if v.is_null() {
+                continue;
+            }
+            b.push(',');
+            b.push_str(&serde_json::to_string(k).unwrap_or_default());
+            b.push(':');
+            b.push_str(&v.to_string());
+        }
+        b.push('}');
+        b
+    }
+
+    /// Per-request headers of a session (its routing key).
+    pub fn headers_for(&self, session_id: &str) -> Vec<(HeaderName, HeaderValue)> {
+        match (&self.routing_header, HeaderValue::from_str(session_id)) {
+            (Some(h), Ok(v)) => vec![(h.clone(), v)],
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn body_is_valid_json_and_extra_wins() {
+        let mut c = RunConfig::new("m\"x", 1);
+        let msgs = r#"{"role":"user","content":"hi"}"#;
+        let v: serde_json::Value = serde_json::from_str(&c.body(msgs, 7)).unwrap();
+        assert_eq!(v["model"], "m\"x");
+        assert_eq!(v["max_completion_tokens"], 7);
+        assert_eq!(v["ignore_eos"], true);
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert_eq!(v["messages"][0]["content"], "hi");
+        c.extra_body
+            .insert("max_completion_tokens".into(), 3.into());
+        c.extra_body
+            .insert("ignore_eos".into(), serde_json::Value::Null);
+        c.extra_body.insert("top_k".into(), 1.into());
+        c.legacy_max_tokens = false;
+        let body = c.body(msgs, 7);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["max_completion_tokens"], 3);
+        assert!(v.get("ignore_eos").is_none());
+        assert_eq!(
+            body.matches("max_completion_tokens").count(),
+            1,
+            "no duplicate keys"
+        );
+        c.legacy_max_tokens = true;
+        c.stream = false;
+        let v: serde_json::Value = serde_json::from_str(&c.body(msgs, 7)).unwrap();
+        assert_eq!(v["max_tokens"], 7);
+        assert_eq!(v["stream"], false);
+        assert!(v.get("stream_options").is_none());
+    }
+}

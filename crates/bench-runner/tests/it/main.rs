@@ -1,0 +1,337 @@
+//! The engine against the embedded simulator and scripted servers, over real loopback HTTP.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bench_report::record::{SessionStatus, TurnRecord, TurnStatus};
+use bench_runner::{CancelToken, Observer, RunConfig, RunDirWriter, RunEvent, StopReason, run};
+use bench_sim::{LatencyMode, SimConfig, SimServer};
+use bench_transport::{Auth, Client, ClientConfig};
+use bench_workload::plan::{DatasetSpec, GapPolicy, Plan, PlanConfig, SyntheticSpec, build_plan};
+use bench_workload::tokenize::TokenizerSpec;
+
+fn synthetic(sessions: u32, turns: u32, gap: GapPolicy) -> Arc<Plan> {
+    let mut pc = PlanConfig::new(DatasetSpec::Random(SyntheticSpec {
+        turns,
+        input_increment: 64,
+        output_len: 8,
+        gap,
+    }));
+    pc.tokenizer = TokenizerSpec::Chars;
+    pc.num_sessions = Some(sessions);
+    Arc::new(build_plan(pc).unwrap())
+}
+
+async fn sim(mode: LatencyMode) -> SimServer {
+    SimServer::start(SimConfig {
+        mode,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn client(url: &str) -> Client {
+    let mut c = ClientConfig::new(url);
+    c.auth = Auth::None;
+    Client::new(c).unwrap()
+}
+
+fn fixed(ttft_ms: u64, itl_ms: u64) -> LatencyMode {
+    LatencyMode::Fixed {
+        ttft: Duration::from_millis(ttft_ms),
+        itl: Duration::from_millis(itl_ms),
+    }
+}
+
+/// Collects turn records as they are emitted.
+#[derive(Default)]
+struct Collect(Mutex<Vec<TurnRecord>>);
+
+impl Observer for Collect {
+    fn on_event(&self, e: &RunEvent<'_>) {
+        if let RunEvent::TurnFinished(t) = e {
+            self.0.lock().unwrap().push((*t).clone());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_session_once_with_exactly_c_active() {
+    let s = sim(fixed(5, 1)).await;
+    let plan = synthetic(9, 3, GapPolicy::Zero);
+    let collect = Arc::new(Collect::default());
+    let out = run(
+        plan,
+        client(&s.base_url()),
+        RunConfig::new("bench-sim", 3),
+        vec![collect.clone()],
+        CancelToken::new(),
+    )
+    .await;
+    assert_eq!(out.stopped_by, StopReason::Exhausted);
+    assert_eq!(out.turns.len(), 27);
+    assert_eq!(out.sessions.len(), 9);
+    assert!(
+        out.sessions
+            .iter()
+            .all(|s| s.status == SessionStatus::Completed)
+    );
+    assert!(
+        out.turns.iter().all(|t| t.status == TurnStatus::Ok),
+        "{:?}",
+        out.turns[0]
+    );
+    assert!(out.turns.iter().all(|t| t.active_at_dispatch <= 3));
+    // While the pool lasts (the first 6 of 9 sessions are replaced at once), 3 are active.
+    let full = out
+        .turns
+        .iter()
+        .filter(|t| t.active_at_dispatch == 3)
+        .count();
+    assert!(full >= 18, "only {full} turns saw 3 active sessions");
+    // Observers saw every record, and usage came from the server.
+    assert_eq!(collect.0.lock().unwrap().len(), 27);
+    assert!(out.turns.iter().all(|t| t.output_tokens == Some(8)));
+    // Within a session, turns run strictly one after another.
+    for s in ["random-0", "random-5"] {
+        let mut ts: Vec<&TurnRecord> = out.turns.iter().filter(|t| t.session_id == s).collect();
+        ts.sort_by_key(|t| t.turn_index);
+        for w in ts.windows(2) {
+            assert!(
+                w[1].sent_s >= w[0].end_s,
+                "turn sent before the previous ended"
+            );
+        }
+    }
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_loops_the_pool_truncates_and_busts_the_cache() {
+    let s = sim(fixed(20, 2)).await;
+    let plan = synthetic(2, 50, GapPolicy::Zero);
+    let mut cfg = RunConfig::new("bench-sim", 2);
+    cfg.duration = Some(Duration::from_millis(600));
+    let out = run(plan, client(&s.base_url()), cfg, vec![], CancelToken::new()).await;
+    assert_eq!(out.stopped_by, StopReason::Duration);
+    // 50-turn sessions of ~34 ms turns cannot finish in 600 ms: cut at a turn boundary.
+    assert!(
+        out.sessions
+            .iter()
+            .all(|s| s.status == SessionStatus::Truncated)
+    );
+    assert!(
+        out.turns.iter().all(|t| t.sent_s <= 0.6 + 0.05),
+        "no turn sent after the deadline"
+    );
+    assert!(out.elapsed < Duration::from_millis(900));
+    s.shutdown().await;
+
+    // Short sessions: the pool loops, and every replay carries its own marker.
+    let s = sim(LatencyMode::Instant).await;
+    let plan = synthetic(2, 2, GapPolicy::Zero);
+    let mut cfg = RunConfig::new("bench-sim", 2);
+    cfg.duration = Some(Duration::from_millis(300));
+    let out = run(plan, client(&s.base_url()), cfg, vec![], CancelToken::new()).await;
+    let replays: Vec<_> = out.sessions.iter().filter(|s| s.replay > 0).collect();
+    assert!(!replays.is_empty());
+    assert!(
+        out.sessions
+            .iter()
+            .filter(|s| s.replay == 0)
+            .all(|s| s.marker.is_none())
+    );
+    let markers: std::collections::HashSet<_> =
+        replays.iter().map(|s| s.marker.clone().unwrap()).collect();
+    assert_eq!(markers.len(), replays.len(), "unique markers");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fuse_cuts_requests_in_flight() {
+    let s = sim(fixed(2000, 1)).await;
+    let plan = synthetic(2, 3, GapPolicy::Zero);
+    let mut cfg = RunConfig::new("bench-sim", 2);
+    cfg.max_duration = Some(Duration::from_millis(300));
+    let out = run(plan, client(&s.base_url()), cfg, vec![], CancelToken::new()).await;
+    assert_eq!(out.stopped_by, StopReason::MaxDuration);
+    assert!(
+        out.elapsed < Duration::from_millis(1500),
+        "{:?}",
+        out.elapsed
+    );
+    assert!(!out.turns.is_empty());
+    assert!(out.turns.iter().all(|t| t.status == TurnStatus::Timeout));
+    assert!(
+        out.turns
+            .iter()
+            .all(|t| t.error_kind.as_deref() == Some("timeout"))
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_timeout_and_context_guard() {
+    let s = sim(fixed(500, 1)).await;
+    let plan = synthetic(1, 2, GapPolicy::Zero);
+    let mut cfg = RunConfig::new("bench-sim", 1);
+    cfg.turn_timeout = Duration::from_millis(100);
+    let out = run(
+        plan.clone(),
+        client(&s.base_url()),
+        cfg,
+        vec![],
+        CancelToken::new(),
+    )
+    .await;
+    assert_eq!(
+        out.turns.len(),
+        2,
+        "a timed-out turn does not end the session"
+    );
+    assert!(out.turns.iter().all(|t| t.status == TurnStatus::Timeout));
+    s.shutdown().await;
+
+    let s = sim(LatencyMode::Instant).await;
+    let mut cfg = RunConfig::new("bench-sim", 1);
+    // Room for the first turn only.
+    let t0 = &plan.sessions[0].turns[0];
+    cfg.max_model_len = Some(t0.est_prompt_tokens + u64::from(t0.max_output_tokens));
+    let out = run(plan, client(&s.base_url()), cfg, vec![], CancelToken::new()).await;
+    assert_eq!(out.turns.len(), 1);
+    assert_eq!(out.sessions[0].status, SessionStatus::ContextGuard);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_waits_are_honoured_and_excluded_from_latency() {
+    let s = sim(fixed(5, 1)).await;
+    let plan = synthetic(1, 3, GapPolicy::Fixed(300.0));
+    let out = run(
+        plan.clone(),
+        client(&s.base_url()),
+        RunConfig::new("bench-sim", 1),
+        vec![],
+        CancelToken::new(),
+    )
+    .await;
+    assert!(
+        out.elapsed >= Duration::from_millis(600),
+        "two 300 ms waits: {:?}",
+        out.elapsed
+    );
+    assert!(
+        out.turns.iter().all(|t| t.e2e_ms.unwrap() < 250.0),
+        "waits are not latency"
+    );
+    assert!(out.sessions[0].busy_s < 0.5);
+    let mut cfg = RunConfig::new("bench-sim", 1);
+    cfg.no_gaps = true;
+    let out = run(plan, client(&s.base_url()), cfg, vec![], CancelToken::new()).await;
+    assert!(
+        out.elapsed < Duration::from_millis(500),
+        "--no-gaps: {:?}",
+        out.elapsed
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_recorded_and_the_run_completes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                loop {
+                    let Ok(n) = c.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    let body = "{\"error\":{\"message\":\"overloaded\"}}";
+                    let resp = format!(
+                        "HTTP/1.1 503 Service Unavailable\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if c.write_all(resp.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let dir = std::env::temp_dir().join(format!("bench-runner-fail-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let writer = Arc::new(RunDirWriter::create(&dir).unwrap());
+    let plan = synthetic(3, 2, GapPolicy::Zero);
+    let out = run(
+        plan,
+        client(&format!("http://{addr}")),
+        RunConfig::new("m", 2),
+        vec![writer.clone()],
+        CancelToken::new(),
+    )
+    .await;
+    assert_eq!(out.turns.len(), 6);
+    assert!(
+        out.turns.iter().all(
+            |t| t.status == TurnStatus::Error && t.error_kind.as_deref() == Some("http_status")
+        )
+    );
+    assert!(
+        out.sessions
+            .iter()
+            .all(|s| s.status == SessionStatus::Failed)
+    );
+    let lines = std::fs::read_to_string(dir.join("turns.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 6);
+    let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    for k in [
+        "session_id",
+        "turn_index",
+        "status",
+        "error_kind",
+        "ttft_ms",
+        "e2e_ms",
+        "input_tokens",
+        "output_tokens",
+        "cached_tokens",
+    ] {
+        assert!(first.get(k).is_some(), "stable key {k} missing");
+    }
+    assert!(writer.errors().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_between_turns() {
+    let s = sim(fixed(30, 1)).await;
+    let plan = synthetic(4, 20, GapPolicy::Zero);
+    let cancel = CancelToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        c2.cancel();
+    });
+    let out = run(
+        plan,
+        client(&s.base_url()),
+        RunConfig::new("bench-sim", 2),
+        vec![],
+        cancel,
+    )
+    .await;
+    assert_eq!(out.stopped_by, StopReason::Cancelled);
+    assert!(out.turns.len() < 80);
+    assert!(
+        out.turns.iter().all(|t| t.status == TurnStatus::Ok),
+        "turns in flight finish"
+    );
+    s.shutdown().await;
+}
