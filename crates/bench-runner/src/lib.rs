@@ -5,6 +5,10 @@
 //! refilled at once from the pool. Every finished turn becomes a
 //! [`bench_report::record::TurnRecord`] handed to the [`Observer`]s before the session goes on.
 //!
+//! A complete program — plan a synthetic workload, replay it against an in-process simulator
+//! with an observer that prints each turn, print the metrics — is `examples/embed.rs`
+//! (`cargo run -p bench-runner --example embed`). The core of it:
+//!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
