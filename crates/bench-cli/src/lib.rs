@@ -460,13 +460,56 @@ impl ProbeReport {
     }
 }
 
-fn parse_header(h: &str) -> Result<(String, String), CliError> {
-    match h.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
-        _ => Err(CliError::Usage(format!(
-            "--header {h:?}: expected NAME=VALUE"
+/// `--header K=V` values, validated.
+pub(crate) fn parse_headers(headers: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    headers
+        .iter()
+        .map(|h| match h.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+            _ => Err(CliError::Usage(format!(
+                "--header {h:?}: expected NAME=VALUE"
+            ))),
+        })
+        .collect()
+}
+
+/// `--extra-request-body`: a JSON object, or nothing.
+pub(crate) fn parse_extra_body(
+    body: Option<&str>,
+) -> Result<serde_json::Map<String, serde_json::Value>, CliError> {
+    match body.map(serde_json::from_str::<serde_json::Value>) {
+        None => Ok(serde_json::Map::new()),
+        Some(Ok(serde_json::Value::Object(m))) => Ok(m),
+        Some(Ok(_)) => Err(CliError::Usage(
+            "--extra-request-body must be a JSON object".into(),
+        )),
+        Some(Err(e)) => Err(CliError::Usage(format!(
+            "--extra-request-body is not valid JSON: {e}"
         ))),
     }
+}
+
+/// The server to talk to: `base_url`, or the embedded simulator described by `sim` on a free
+/// loopback port (returned, for the caller to shut down).
+pub(crate) async fn server_or_embedded(
+    base_url: Option<&str>,
+    sim: &SimModelArgs,
+    model: Option<&str>,
+) -> Result<(Option<SimServer>, String), CliError> {
+    if let Some(u) = base_url {
+        return Ok((None, u.to_string()));
+    }
+    let cfg = sim
+        .to_config(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            model.map_or_else(|| SimConfig::default().model, str::to_owned),
+        )
+        .map_err(CliError::Usage)?;
+    let server = SimServer::start(cfg)
+        .await
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let url = server.base_url();
+    Ok((Some(server), url))
 }
 
 /// Runs `bench probe`.
@@ -480,47 +523,10 @@ pub async fn run_probe(args: ProbeArgs) -> Result<(), CliError> {
     if args.max_tokens == 0 {
         return Err(CliError::Usage("--max-tokens must be at least 1".into()));
     }
-    let headers = args
-        .headers
-        .iter()
-        .map(|h| parse_header(h))
-        .collect::<Result<Vec<_>, _>>()?;
-    let extra = match &args.extra_request_body {
-        None => serde_json::Map::new(),
-        Some(s) => match serde_json::from_str::<serde_json::Value>(s) {
-            Ok(serde_json::Value::Object(m)) => m,
-            Ok(_) => {
-                return Err(CliError::Usage(
-                    "--extra-request-body must be a JSON object".into(),
-                ));
-            }
-            Err(e) => {
-                return Err(CliError::Usage(format!(
-                    "--extra-request-body is not valid JSON: {e}"
-                )));
-            }
-        },
-    };
-
-    let (embedded, base_url) = match &args.base_url {
-        Some(u) => (None, u.clone()),
-        None => {
-            let cfg = args
-                .sim
-                .to_config(
-                    SocketAddr::from(([127, 0, 0, 1], 0)),
-                    args.model
-                        .clone()
-                        .unwrap_or_else(|| SimConfig::default().model),
-                )
-                .map_err(CliError::Usage)?;
-            let server = SimServer::start(cfg)
-                .await
-                .map_err(|e| CliError::Usage(e.to_string()))?;
-            let url = server.base_url();
-            (Some(server), url)
-        }
-    };
+    let headers = parse_headers(&args.headers)?;
+    let extra = parse_extra_body(args.extra_request_body.as_deref())?;
+    let (embedded, base_url) =
+        server_or_embedded(args.base_url.as_deref(), &args.sim, args.model.as_deref()).await?;
     let result = probe_once(&args, &base_url, headers, extra, embedded.is_some()).await;
     if let Some(s) = embedded {
         s.shutdown().await;

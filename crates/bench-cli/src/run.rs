@@ -1,14 +1,13 @@
 //! `bench run`: plan, replay, report.
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bench_report::{RunInfo, Slo};
 use bench_runner::{CancelToken, ContentMode, RunConfig, RunDirWriter, RunEvent, StopReason};
-use bench_sim::{SimConfig, SimServer};
+use bench_sim::SimConfig;
 use bench_transport::{Client, ClientConfig};
 use clap::{Args, ValueEnum};
 use http::HeaderName;
@@ -280,27 +279,8 @@ pub async fn run_run(args: RunCmd) -> Result<(), CliError> {
         ),
         None => None,
     };
-    let extra_body = match &args.extra_request_body {
-        None => serde_json::Map::new(),
-        Some(s) => match serde_json::from_str::<serde_json::Value>(s) {
-            Ok(serde_json::Value::Object(m)) => m,
-            _ => {
-                return Err(CliError::Usage(
-                    "--extra-request-body must be a JSON object".into(),
-                ));
-            }
-        },
-    };
-    let headers = args
-        .headers
-        .iter()
-        .map(|h| match h.split_once('=') {
-            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
-            _ => Err(CliError::Usage(format!(
-                "--header {h:?}: expected NAME=VALUE"
-            ))),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let extra_body = crate::parse_extra_body(args.extra_request_body.as_deref())?;
+    let headers = crate::parse_headers(&args.headers)?;
     let mut pcfg = args.plan.to_config()?;
     pcfg.progress = Some(plan_progress());
     let plan = Arc::new(
@@ -311,26 +291,12 @@ pub async fn run_run(args: RunCmd) -> Result<(), CliError> {
     );
 
     // The server: given, or the embedded simulator.
-    let (embedded, base_url) = match &args.base_url {
-        Some(u) => (None, u.clone()),
-        None => {
-            let cfg = args
-                .sim
-                .to_model_args()
-                .to_config(
-                    SocketAddr::from(([127, 0, 0, 1], 0)),
-                    args.model
-                        .clone()
-                        .unwrap_or_else(|| SimConfig::default().model),
-                )
-                .map_err(CliError::Usage)?;
-            let server = SimServer::start(cfg)
-                .await
-                .map_err(|e| CliError::Usage(e.to_string()))?;
-            let url = server.base_url();
-            (Some(server), url)
-        }
-    };
+    let (embedded, base_url) = crate::server_or_embedded(
+        args.base_url.as_deref(),
+        &args.sim.to_model_args(),
+        args.model.as_deref(),
+    )
+    .await?;
     let result = replay(
         &args,
         plan,
