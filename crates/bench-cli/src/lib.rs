@@ -4,6 +4,9 @@
 //! Commands: `bench sim` (serve the embedded simulator), `bench probe` (measure one turn),
 //! `bench plan` (build and summarize a workload plan), `bench import` (convert traces).
 
+pub mod backend;
+pub mod output;
+pub mod progress;
 pub mod run;
 pub mod workload;
 

@@ -6,12 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bench_report::{RunInfo, Slo};
-use bench_runner::{CancelToken, ContentMode, RunConfig, RunDirWriter, RunEvent, StopReason};
+use bench_runner::{
+    Arrival, ArrivalProcess, CancelToken, ContentMode, RunConfig, RunDirWriter, StopReason,
+};
 use bench_sim::SimConfig;
 use bench_transport::{Client, ClientConfig};
 use clap::{Args, ValueEnum};
 use http::HeaderName;
 
+use crate::backend::Backend;
 use crate::workload::{PlanArgs, plan_error, plan_progress};
 use crate::{CliError, SimModelArgs, out};
 
@@ -24,6 +27,15 @@ pub enum ContentModeArg {
     Model,
 }
 
+/// How open-loop sessions are spaced.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ArrivalArg {
+    /// Exponential gaps (a Poisson process), seeded by --seed.
+    Poisson,
+    /// Evenly spaced.
+    Constant,
+}
+
 /// `bench run` flags.
 #[derive(Debug, Clone, Args)]
 pub struct RunCmd {
@@ -33,6 +45,27 @@ pub struct RunCmd {
     /// Model name; by default the first model listed by GET /v1/models.
     #[arg(long)]
     pub model: Option<String>,
+    /// Server family [default: detected from /v1/models and /metrics]. Decides the cache-flush
+    /// endpoint and whether SGLang's cache-hit split is asked for; a mismatch with what is
+    /// detected is warned about, and the given value wins.
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// Open loop: start this many sessions per second, whatever the server's speed (each
+    /// session still plays turn by turn). Latency is also reported from when each turn was
+    /// due (`ttft_from_due_ms`), and the dispatch lag shows when the client fell behind.
+    #[arg(long, value_name = "SESSIONS_PER_S")]
+    pub rate: Option<f64>,
+    /// Spacing of open-loop session starts.
+    #[arg(long, value_enum, default_value_t = ArrivalArg::Poisson, requires = "rate")]
+    pub arrival: ArrivalArg,
+    /// Play the first N sessions of the pool, cut to 3 turns, before measuring; their records
+    /// are marked `warmup` and left out of every metric.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub warmup_sessions: u32,
+    /// Empty the server's prefix cache before the run (vLLM: POST /reset_prefix_cache, which
+    /// needs VLLM_SERVER_DEV_MODE=1; SGLang: POST /flush_cache). Fails when it cannot.
+    #[arg(long)]
+    pub flush_cache: bool,
     /// Run for this long, looping the pool (e.g. 90s, 5m); no new session or turn after it.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -97,6 +130,19 @@ pub struct RunCmd {
     /// Print result.json instead of the report.
     #[arg(long)]
     pub json: bool,
+    /// Append one JSON line summarizing the run to FILE (one line per run, for scripts and
+    /// users migrating from agentic-bench's --output).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Write every turn record as a CSV row to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Progress display: a bar on a terminal, otherwise a heartbeat line every this often.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub progress_interval: Duration,
+    /// No progress display.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Dataset and selection.
     #[command(flatten)]
     pub plan: PlanArgs,
@@ -225,38 +271,6 @@ impl Events {
     }
 }
 
-/// Prints a heartbeat line every few seconds.
-struct Heartbeat {
-    turns: std::sync::atomic::AtomicU64,
-    output: std::sync::atomic::AtomicU64,
-    start: std::time::Instant,
-    last: std::sync::Mutex<std::time::Instant>,
-}
-
-impl bench_runner::Observer for Heartbeat {
-    fn on_event(&self, e: &RunEvent<'_>) {
-        use std::sync::atomic::Ordering;
-        if let RunEvent::TurnFinished(t) = e {
-            let n = self.turns.fetch_add(1, Ordering::Relaxed) + 1;
-            let o = self
-                .output
-                .fetch_add(t.output_tokens.unwrap_or(0), Ordering::Relaxed)
-                + t.output_tokens.unwrap_or(0);
-            let now = std::time::Instant::now();
-            if let Ok(mut last) = self.last.lock() {
-                if now.duration_since(*last) >= Duration::from_secs(5) {
-                    *last = now;
-                    let s = now.duration_since(self.start).as_secs_f64();
-                    eprintln!(
-                        "bench run: {s:.0} s · {n} turns · {o} output tokens · {:.0} output tok/s",
-                        o as f64 / s.max(1e-9)
-                    );
-                }
-            }
-        }
-    }
-}
-
 /// Runs `bench run`.
 pub async fn run_run(args: RunCmd) -> Result<(), CliError> {
     if !(0.0..=1.0).contains(&args.steady_frac) {
@@ -266,6 +280,13 @@ pub async fn run_run(args: RunCmd) -> Result<(), CliError> {
         return Err(CliError::Usage(
             "--max-error-rate must be within 0..1".into(),
         ));
+    }
+    if let Some(r) = args.rate {
+        if !r.is_finite() || r <= 0.0 {
+            return Err(CliError::Usage(format!(
+                "--rate must be a positive number of sessions per second, not {r}"
+            )));
+        }
     }
     if !args.gap_scale.is_finite() || args.gap_scale < 0.0 {
         return Err(CliError::Usage(
@@ -341,8 +362,39 @@ async fn replay(
     let max_model_len = args
         .max_model_len
         .or_else(|| models["data"][0]["max_model_len"].as_u64());
+    let detected = crate::backend::detect(&client, &models).await;
+    let backend = match args.backend {
+        Some(b) => {
+            if b != detected.backend {
+                eprintln!(
+                    "warning: --backend {} but the server looks like {} ({}); using {}",
+                    b.name(),
+                    detected.backend.name(),
+                    detected.evidence,
+                    b.name()
+                );
+            }
+            b
+        }
+        None => detected.backend,
+    };
 
-    let mut cfg = RunConfig::new(model, args.plan.concurrency);
+    // Open loop: no worker count, a cap only when --concurrency is given.
+    let concurrency = match args.rate {
+        Some(_) => args.plan.concurrency.unwrap_or(0),
+        None => args.plan.concurrency(),
+    };
+    let mut cfg = RunConfig::new(model, concurrency);
+    cfg.arrival = args.rate.map(|rate| Arrival {
+        rate,
+        process: match args.arrival {
+            ArrivalArg::Poisson => ArrivalProcess::Poisson,
+            ArrivalArg::Constant => ArrivalProcess::Constant,
+        },
+        seed: args.plan.seed,
+    });
+    cfg.warmup_sessions = args.warmup_sessions;
+    cfg.return_cached_tokens_details = backend == Backend::Sglang;
     cfg.duration = args.duration;
     cfg.max_duration = args.max_duration;
     cfg.turn_timeout = args.turn_timeout;
@@ -373,9 +425,16 @@ async fn replay(
     let dir = args.run_dir.clone().unwrap_or_else(default_run_dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+    if args.flush_cache {
+        let path = crate::backend::flush_cache(&client, backend).await?;
+        eprintln!("bench run: prefix cache flushed (POST {path})");
+    }
     let config_json = serde_json::json!({
         "base_url": client.base_url(),
         "embedded_simulator": embedded,
+        "backend": backend,
+        "backend_detected": detected,
+        "flush_cache": args.flush_cache,
         "run": cfg,
         "plan": plan.summary,
         "tool_version": env!("CARGO_PKG_VERSION"),
@@ -402,18 +461,20 @@ async fn replay(
         RunDirWriter::create(&dir)
             .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", dir.display())))?,
     );
-    let heartbeat = Arc::new(Heartbeat {
-        turns: Default::default(),
-        output: Default::default(),
-        start: std::time::Instant::now(),
-        last: std::sync::Mutex::new(std::time::Instant::now()),
-    });
+    let load = match (cfg.arrival, cfg.concurrency) {
+        (Some(a), 0) => format!("{} sessions/s ({:?})", a.rate, a.process),
+        (Some(a), c) => format!(
+            "{} sessions/s ({:?}, at most {c} at once)",
+            a.rate, a.process
+        ),
+        (None, c) => format!("C={c}"),
+    };
     eprintln!(
-        "bench run: {} sessions ({} turns) at C={} against {}{} → {}",
+        "bench run: {} sessions ({} turns) at {load} against {} [{}]{} → {}",
         plan.summary.sessions,
         plan.summary.turns,
-        cfg.concurrency,
         client.base_url(),
+        backend.name(),
         if embedded {
             " (embedded simulator)"
         } else {
@@ -430,14 +491,28 @@ async fn replay(
         }
     });
     let concurrency = cfg.concurrency;
+    let base_url = client.base_url().to_owned();
+    let start_utc = crate::output::utc_now();
+    let progress = Arc::new(crate::progress::Progress::start(
+        cfg.duration.is_none().then_some(plan.summary.turns),
+        concurrency,
+        [cfg.duration, cfg.max_duration].into_iter().flatten().min(),
+        args.progress_interval,
+        if args.quiet {
+            crate::progress::Mode::Off
+        } else {
+            crate::progress::Mode::auto()
+        },
+    ));
     let outcome = bench_runner::run(
         plan,
         client,
         cfg.clone(),
-        vec![writer.clone(), heartbeat],
+        vec![writer.clone(), progress.clone()],
         cancel,
     )
     .await;
+    progress.finish();
     sig.abort();
     let by = match outcome.stopped_by {
         StopReason::Exhausted => "completed",
@@ -455,9 +530,27 @@ async fn replay(
         duration_s: outcome.elapsed.as_secs_f64(),
         slo,
         config: config_json,
+        open_loop: args.rate.is_some(),
     };
     let result = bench_report::compute(&outcome.turns, &outcome.sessions, &info);
     write_json(&dir.join("result.json"), &result)?;
+    if let Some(path) = &args.output {
+        let ctx = crate::output::LineContext {
+            utc: start_utc,
+            run_dir: dir.clone(),
+            base_url,
+            model: cfg.model.clone(),
+            concurrency,
+            rate: args.rate,
+            duration_s: args.duration.map(|d| d.as_secs_f64()),
+            elapsed_s: outcome.elapsed.as_secs_f64(),
+            stopped_by: by.to_string(),
+        };
+        crate::output::append_result_line(path, &crate::output::result_line(&result, &ctx))?;
+    }
+    if let Some(path) = &args.csv {
+        crate::output::write_turns_csv(path, &outcome.turns)?;
+    }
     for e in writer.errors() {
         eprintln!("warning: {e}");
     }
@@ -468,6 +561,14 @@ async fn replay(
     } else {
         out(&result.console())?;
         out(&format!("run directory: {}\n", dir.display()))?;
+    }
+    if !outcome.task_failures.is_empty() {
+        return Err(CliError::Failed(format!(
+            "{} replay task(s) failed (a bug; their sessions were cut, every record made \
+             before is kept): {}",
+            outcome.task_failures.len(),
+            outcome.task_failures.join("; ")
+        )));
     }
     let total = outcome.turns.len();
     let failed = outcome

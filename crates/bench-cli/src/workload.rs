@@ -43,14 +43,10 @@ pub struct PlanArgs {
     /// Sessions in the pool [default: 2 × --concurrency].
     #[arg(long)]
     pub num_sessions: Option<u32>,
-    /// Concurrent sessions (the plan's pool is 2 × this by default).
-    #[arg(
-        short = 'c',
-        long,
-        visible_alias = "max-concurrency",
-        default_value_t = 8
-    )]
-    pub concurrency: u32,
+    /// Concurrent sessions (the plan's pool is 2 × this by default) [default: 8]. With
+    /// `bench run --rate`: the most sessions in flight [default: no limit].
+    #[arg(short = 'c', long, visible_alias = "max-concurrency", value_name = "C")]
+    pub concurrency: Option<u32>,
     /// Seed of the shuffle and of synthetic text and gaps.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -90,7 +86,15 @@ pub struct PlanArgs {
     pub gap_policy: String,
 }
 
+/// `--concurrency` when not given.
+pub const DEFAULT_CONCURRENCY: u32 = 8;
+
 impl PlanArgs {
+    /// `--concurrency`, or its default.
+    pub fn concurrency(&self) -> u32 {
+        self.concurrency.unwrap_or(DEFAULT_CONCURRENCY)
+    }
+
     /// The plan configuration these flags describe.
     pub fn to_config(&self) -> Result<PlanConfig, CliError> {
         let dataset = match self.dataset.as_str() {
@@ -113,7 +117,7 @@ impl PlanArgs {
         cfg.min_context = self.min_context;
         cfg.max_context = self.max_context;
         cfg.num_sessions = self.num_sessions;
-        cfg.concurrency = self.concurrency;
+        cfg.concurrency = self.concurrency();
         cfg.seed = self.seed;
         cfg.output = match &self.output_policy {
             Some(p) => Some(

@@ -130,4 +130,10 @@ pub struct SessionRecord {
     pub marker: Option<String>,
     /// Part of the unmeasured warmup.
     pub warmup: bool,
+    /// When the play started (its first turn was due), s from the run's start.
+    #[serde(default)]
+    pub start_s: f64,
+    /// When the play ended, s from the run's start.
+    #[serde(default)]
+    pub end_s: f64,
 }

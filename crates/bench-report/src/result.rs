@@ -30,6 +30,9 @@ pub struct RunInfo {
     pub slo: Option<Slo>,
     /// The resolved run config, echoed into `result.json` as `config`.
     pub config: serde_json::Value,
+    /// Sessions arrived on a schedule (open loop): the steady window is then cut by time,
+    /// from the first session play's end to the last play's start, instead of by concurrency.
+    pub open_loop: bool,
 }
 
 impl Default for RunInfo {
@@ -40,6 +43,7 @@ impl Default for RunInfo {
             duration_s: 0.0,
             slo: None,
             config: serde_json::Value::Null,
+            open_loop: false,
         }
     }
 }
@@ -109,6 +113,11 @@ pub struct Metrics {
     pub itl_ms: PooledDist,
     /// Turn latency (request sent → end of body), ms.
     pub e2e_ms: Dist,
+    /// TTFT counted from when the turn was due rather than sent (`dispatch lag + ttft`): what a
+    /// user arriving on schedule saw, corrected for coordinated omission, ms.
+    pub ttft_from_due_ms: Dist,
+    /// e2e counted from when the turn was due (`dispatch lag + e2e`), ms.
+    pub e2e_from_due_ms: Dist,
     /// Median e2e by turn index: `"0"` … `"9"`, `"10+"`.
     pub e2e_by_turn_index_ms: KeyedP50,
     /// Median e2e by input-token band (K = 1024): `0-2K`, `2-8K`, `8-16K`, `16-32K`, `32K+`.
@@ -217,6 +226,10 @@ pub struct OslFidelity {
 /// How the steady window was cut (auditable trim).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SteadyWindow {
+    /// `concurrency` (closed loop: `active_at_dispatch ≥ min_active`), `arrivals` (open loop:
+    /// sent between the first play's end and the last play's start) or `whole_run` (open loop
+    /// whose plays never overlapped that way).
+    pub rule: String,
     /// Target concurrency `C`.
     pub concurrency: u32,
     /// The `steady_frac` used.
@@ -318,12 +331,27 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         .copied()
         .filter(|r| r.status == TurnStatus::Ok)
         .collect();
-    let min_active = min_active(info.steady_frac, info.concurrency);
-    let steady: Vec<&TurnRecord> = ok
-        .iter()
-        .copied()
-        .filter(|r| r.active_at_dispatch >= min_active)
-        .collect();
+    let (rule, min_active, steady): (&str, u32, Vec<&TurnRecord>) = if info.open_loop {
+        match arrival_window(sessions) {
+            Some((from, to)) => (
+                "arrivals",
+                0,
+                ok.iter()
+                    .copied()
+                    .filter(|r| r.sent_s >= from && r.sent_s <= to)
+                    .collect(),
+            ),
+            None => ("whole_run", 0, ok.clone()),
+        }
+    } else {
+        let m = min_active(info.steady_frac, info.concurrency);
+        let steady = ok
+            .iter()
+            .copied()
+            .filter(|r| r.active_at_dispatch >= m)
+            .collect();
+        ("concurrency", m, steady)
+    };
 
     let (steady_start, steady_end) = time_range(&steady);
     let steady_span = positive(steady_end.zip(steady_start).map(|(e, s)| e - s));
@@ -378,6 +406,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         summary,
         overall: Metrics::from_turns(&ok, overall_span, slo),
         steady_window: SteadyWindow {
+            rule: rule.to_owned(),
             concurrency: info.concurrency,
             steady_frac: info.steady_frac,
             min_active,
@@ -388,6 +417,21 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
             concurrency_histogram,
         },
     }
+}
+
+/// Open loop: `(first measured play's end, last measured play's start)`, when the first
+/// ends before the last starts.
+fn arrival_window(sessions: &[SessionRecord]) -> Option<(f64, f64)> {
+    let measured = || sessions.iter().filter(|s| !s.warmup);
+    let from = measured()
+        .map(|s| s.end_s)
+        .filter(|t| t.is_finite())
+        .min_by(f64::total_cmp)?;
+    let to = measured()
+        .map(|s| s.start_s)
+        .filter(|t| t.is_finite())
+        .max_by(f64::total_cmp)?;
+    (from < to).then_some((from, to))
 }
 
 /// `(min sent_s, max end_s)` over finite times.
@@ -403,6 +447,11 @@ fn time_range(turns: &[&TurnRecord]) -> (Option<f64>, Option<f64>) {
         .filter(|t| t.is_finite())
         .max_by(f64::total_cmp);
     (start, end)
+}
+
+/// How late the turn left, ms (`sent_s − due_s`, never negative).
+fn lag_ms(r: &TurnRecord) -> f64 {
+    ((r.sent_s - r.due_s) * 1000.0).max(0.0)
 }
 
 fn positive(x: Option<f64>) -> Option<f64> {
@@ -483,7 +532,7 @@ impl Metrics {
         let out_tokens: u64 = turns.iter().filter_map(|r| r.output_tokens).sum();
         let in_tokens: u64 = turns.iter().filter_map(|r| r.input_tokens).sum();
 
-        let lags = sorted_finite(turns.iter().map(|r| (r.sent_s - r.due_s) * 1000.0));
+        let lags = sorted_finite(turns.iter().map(|r| lag_ms(r)));
 
         let (goodput_turns_s, slo_attainment) = match slo {
             Some(slo) if !turns.is_empty() => {
@@ -503,6 +552,14 @@ impl Metrics {
             tpot_ms: Dist::from_values(turns.iter().filter_map(|r| r.tpot_ms)),
             itl_ms: PooledDist::from_values(&gaps, ITL_EXACT_LIMIT),
             e2e_ms: Dist::from_values(turns.iter().filter_map(|r| r.e2e_ms)),
+            ttft_from_due_ms: Dist::from_values(
+                turns
+                    .iter()
+                    .filter_map(|r| r.ttft_ms.map(|t| lag_ms(r) + t)),
+            ),
+            e2e_from_due_ms: Dist::from_values(
+                turns.iter().filter_map(|r| r.e2e_ms.map(|t| lag_ms(r) + t)),
+            ),
             e2e_by_turn_index_ms: keyed(&TURN_INDEX_LABELS, by_index),
             e2e_by_input_band_ms: keyed(&INPUT_BAND_LABELS, by_band),
             output_throughput_tok_s: per_span(out_tokens as f64),

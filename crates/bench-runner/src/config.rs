@@ -16,13 +16,42 @@ pub enum ContentMode {
     Model,
 }
 
+/// How sessions arrive in an open-loop run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArrivalProcess {
+    /// Exponential gaps between session starts (a Poisson process).
+    #[default]
+    Poisson,
+    /// Evenly spaced session starts.
+    Constant,
+}
+
+/// Open loop: sessions start on a schedule of their own, whatever the server's speed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Arrival {
+    /// Session starts per second.
+    pub rate: f64,
+    /// Spacing of the starts.
+    pub process: ArrivalProcess,
+    /// Seed of the Poisson gaps (same seed, same schedule).
+    pub seed: u64,
+}
+
 /// How a run behaves. `RunConfig::new(model, concurrency)` gives the defaults.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunConfig {
     /// Model name sent in every request.
     pub model: String,
-    /// Workers: sessions played at once.
+    /// Closed loop: workers, i.e. sessions played at once. Open loop ([`RunConfig::arrival`]):
+    /// the most sessions in flight, `0` for no limit (a session arriving while the limit is
+    /// reached waits, and its wait counts as dispatch lag).
     pub concurrency: u32,
+    /// Open loop: start sessions on this schedule instead of refilling `concurrency` workers.
+    pub arrival: Option<Arrival>,
+    /// Play the first N sessions of the pool, cut to 3 turns, before the measured run; their
+    /// records are marked `warmup` and left out of every metric.
+    pub warmup_sessions: u32,
     /// Loop the pool; no new session or turn after this.
     pub duration: Option<Duration>,
     /// The hard fuse on the whole run.
@@ -49,6 +78,8 @@ pub struct RunConfig {
     pub content_mode: ContentMode,
     /// Stream responses (with `stream_options.include_usage`).
     pub stream: bool,
+    /// Send `return_cached_tokens_details: true` (SGLang: the device/host split of cache hits).
+    pub return_cached_tokens_details: bool,
     /// JSON fields merged into every body last (a `null` removes a field).
     pub extra_body: serde_json::Map<String, serde_json::Value>,
     /// Header carrying a stable per-session routing key, if any.
@@ -67,6 +98,8 @@ impl RunConfig {
         RunConfig {
             model: model.into(),
             concurrency,
+            arrival: None,
+            warmup_sessions: 0,
             duration: None,
             max_duration: None,
             turn_timeout: Duration::from_secs(600),
@@ -80,6 +113,7 @@ impl RunConfig {
             ignore_eos: true,
             content_mode: ContentMode::Trace,
             stream: true,
+            return_cached_tokens_details: false,
             extra_body: serde_json::Map::new(),
             routing_header: None,
             worker_header: None,
@@ -120,6 +154,9 @@ impl RunConfig {
         }
         if self.stream && !has("stream_options") {
             b.push_str(",\"stream_options\":{\"include_usage\":true}");
+        }
+        if self.return_cached_tokens_details && !has("return_cached_tokens_details") {
+            b.push_str(",\"return_cached_tokens_details\":true");
         }
         for (k, v) in &self.extra_body {
             if v.is_null() {
@@ -179,5 +216,9 @@ mod tests {
         assert_eq!(v["max_tokens"], 7);
         assert_eq!(v["stream"], false);
         assert!(v.get("stream_options").is_none());
+        assert!(v.get("return_cached_tokens_details").is_none());
+        c.return_cached_tokens_details = true;
+        let v: serde_json::Value = serde_json::from_str(&c.body(msgs, 7)).unwrap();
+        assert_eq!(v["return_cached_tokens_details"], true);
     }
 }

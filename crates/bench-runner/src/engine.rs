@@ -1,6 +1,8 @@
-//! The closed loop: exactly `C` workers, each playing one planned session at a time, turn by
-//! turn; a finished session's slot is refilled at once from the pool.
+//! The replay engine. Closed loop: exactly `C` workers, each playing one planned session at a
+//! time, turn by turn; a finished session's slot is refilled at once from the pool. Open loop:
+//! sessions start on a Poisson or constant schedule of their own, each playing turn by turn.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -9,10 +11,40 @@ use bench_report::record::{CountSource, SessionRecord, SessionStatus, TurnRecord
 use bench_transport::{Client, ErrorKind, RequestOptions, TurnOutcome};
 use bench_workload::plan::{Plan, PlannedSession};
 use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
-use crate::config::{ContentMode, RunConfig};
-use crate::observer::{Observer, RunEvent};
+use crate::config::{Arrival, ArrivalProcess, ContentMode, RunConfig};
+use crate::observer::{Observer, Phase, RunEvent};
+
+/// Turns in a warmup session play (`--warmup-sessions`).
+pub const WARMUP_TURNS: usize = 3;
+
+/// Where the engine sends a turn. [`Client`] is the real one (HTTP on a keep-alive pool); tests
+/// and embedders may script their own (the engine reads time from tokio, so a transport that
+/// sleeps on tokio's clock runs under a paused test clock).
+pub trait Transport: Send + Sync + 'static {
+    /// Sends one chat request body and measures the answer. `opts.timeout` bounds the whole
+    /// request; exceeding it is an error of kind [`ErrorKind::Timeout`].
+    fn send_turn(
+        &self,
+        body: Bytes,
+        stream: bool,
+        opts: &RequestOptions,
+    ) -> impl Future<Output = Result<TurnOutcome, bench_transport::Error>> + Send;
+}
+
+impl Transport for Client {
+    fn send_turn(
+        &self,
+        body: Bytes,
+        stream: bool,
+        opts: &RequestOptions,
+    ) -> impl Future<Output = Result<TurnOutcome, bench_transport::Error>> + Send {
+        self.chat_body(body, stream, opts)
+    }
+}
 
 /// Why the run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -31,54 +63,85 @@ pub enum StopReason {
 /// What a run produced.
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
-    /// Every finished turn, in finishing order.
+    /// Every finished turn (warmup ones marked), in finishing order.
     pub turns: Vec<TurnRecord>,
-    /// Every finished session play.
+    /// Every finished session play (warmup ones marked).
     pub sessions: Vec<SessionRecord>,
-    /// Wall time of the run.
+    /// Wall time of the measured phase (warmup excluded).
     pub elapsed: Duration,
+    /// Wall time of the warmup phase (zero without one).
+    pub warmup_elapsed: Duration,
     /// Why it stopped.
     pub stopped_by: StopReason,
+    /// Open loop: sessions whose start was due but never came (the run stopped first).
+    pub arrivals_not_started: u64,
+    /// Replay tasks that panicked (a bug, e.g. in a custom [`Transport`]): the session each was
+    /// playing is lost from here on; every record made before is kept.
+    pub task_failures: Vec<String>,
 }
 
 /// A handle to stop a running replay between turns.
 #[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
+pub struct CancelToken(Arc<(AtomicBool, Notify)>);
 
 impl CancelToken {
     /// A fresh token.
     pub fn new() -> Self {
         Self::default()
     }
-    /// Asks the run to stop: no new turn is sent; turns in flight finish.
+    /// Asks the run to stop: no new turn is sent; turns in flight finish; tool waits and
+    /// open-loop arrival waits end at once.
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.0.0.store(true, Ordering::SeqCst);
+        self.0.1.notify_waiters();
     }
     /// Whether [`CancelToken::cancel`] was called.
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0.0.load(Ordering::SeqCst)
+    }
+    /// Resolves once [`CancelToken::cancel`] has been called.
+    pub async fn cancelled(&self) {
+        loop {
+            let n = self.0.1.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            n.await;
+        }
     }
 }
 
-struct Shared {
-    plan: Arc<Plan>,
+/// What the whole run shares.
+struct Shared<T> {
     cfg: RunConfig,
-    client: Client,
+    client: T,
     observers: Vec<Arc<dyn Observer>>,
-    next: AtomicUsize,
-    active: AtomicU32,
     start: Instant,
     start_utc: time::OffsetDateTime,
-    /// `--duration`: no new session or turn after it.
-    deadline: Option<Instant>,
     /// `--max-duration`: the hard fuse.
     fuse: Option<Instant>,
     cancel: CancelToken,
     fuse_blown: AtomicBool,
     duration_hit: AtomicBool,
+    /// Every record so far, kept as it is made (a failing task loses none of them).
+    records: std::sync::Mutex<Records>,
+    /// Replay tasks that panicked.
+    task_failures: std::sync::Mutex<Vec<String>>,
 }
 
-impl Shared {
+/// One phase (warmup or measuring): its pool and its own clock limits.
+struct PhaseState {
+    sessions: Arc<Vec<PlannedSession>>,
+    warmup: bool,
+    /// `--duration`: no new session or turn after it (the pool loops until then).
+    deadline: Option<Instant>,
+    next: AtomicUsize,
+    active: AtomicU32,
+}
+
+impl<T: Transport> Shared<T> {
     fn offset_s(&self, t: Instant) -> f64 {
         t.saturating_duration_since(self.start).as_secs_f64()
     }
@@ -95,8 +158,23 @@ impl Shared {
         }
     }
 
+    /// Tells the observers about a finished turn (before the session goes on), then keeps it.
+    fn turn_finished(&self, rec: TurnRecord) {
+        self.emit(RunEvent::TurnFinished(&rec));
+        if let Ok(mut r) = self.records.lock() {
+            r.turns.push(rec);
+        }
+    }
+
+    fn session_finished(&self, rec: SessionRecord) {
+        self.emit(RunEvent::SessionFinished(&rec));
+        if let Ok(mut r) = self.records.lock() {
+            r.sessions.push(rec);
+        }
+    }
+
     /// Whether no further turn may start, and why.
-    fn stop_now(&self, now: Instant) -> Option<StopReason> {
+    fn stop_now(&self, ph: &PhaseState, now: Instant) -> Option<StopReason> {
         if self.cancel.is_cancelled() {
             return Some(StopReason::Cancelled);
         }
@@ -104,16 +182,28 @@ impl Shared {
             self.fuse_blown.store(true, Ordering::SeqCst);
             return Some(StopReason::MaxDuration);
         }
-        if self.deadline.is_some_and(|d| now >= d) {
+        if ph.deadline.is_some_and(|d| now >= d) {
             self.duration_hit.store(true, Ordering::SeqCst);
             return Some(StopReason::Duration);
         }
         None
     }
 
+    /// Sleeps until `t`, or less: until the phase deadline, the fuse or a cancel.
+    async fn sleep_until(&self, ph: &PhaseState, t: Instant) {
+        let limit = [ph.deadline, self.fuse].into_iter().flatten().min();
+        let wake = limit.map_or(t, |l| t.min(l));
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake) => {}
+            _ = self.cancel.cancelled() => {}
+        }
+    }
+}
+
+impl PhaseState {
     /// The next session play: `(index into the pool, replay number)`.
     fn next_session(&self) -> Option<(usize, u32)> {
-        let n = self.plan.sessions.len();
+        let n = self.sessions.len();
         if n == 0 {
             return None;
         }
@@ -125,87 +215,218 @@ impl Shared {
     }
 }
 
-/// Replays `plan` against `client` with `cfg`, telling `observers` about every finished turn
+/// Collected records of a phase.
+#[derive(Default)]
+struct Records {
+    turns: Vec<TurnRecord>,
+    sessions: Vec<SessionRecord>,
+}
+
+/// Replays `plan` through `client` with `cfg`, telling `observers` about every finished turn
 /// and session. Returns when the pool is exhausted, the duration or fuse passes, or `cancel`
-/// is cancelled.
-pub async fn run(
+/// is cancelled. With [`RunConfig::warmup_sessions`], an unmeasured warmup phase comes first
+/// and the duration counts from the end of it.
+pub async fn run<T: Transport>(
     plan: Arc<Plan>,
-    client: Client,
+    client: T,
     cfg: RunConfig,
     observers: Vec<Arc<dyn Observer>>,
     cancel: CancelToken,
 ) -> RunOutcome {
     let start = Instant::now();
     let shared = Arc::new(Shared {
-        deadline: cfg.duration.map(|d| start + d),
         fuse: cfg.max_duration.map(|d| start + d),
-        plan,
         client,
         observers,
-        next: AtomicUsize::new(0),
-        active: AtomicU32::new(0),
         start,
         start_utc: time::OffsetDateTime::now_utc(),
         cancel,
         fuse_blown: AtomicBool::new(false),
         duration_hit: AtomicBool::new(false),
+        records: std::sync::Mutex::new(Records::default()),
+        task_failures: std::sync::Mutex::new(Vec::new()),
         cfg,
     });
     shared.emit(RunEvent::Started {
         concurrency: shared.cfg.concurrency,
-        sessions: shared.plan.sessions.len(),
+        sessions: plan.sessions.len(),
     });
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..shared.cfg.concurrency {
-        let sh = shared.clone();
-        workers.spawn(async move { worker(sh).await });
+    // Warmup: the first N sessions, cut short, closed loop, unmeasured.
+    let n_warm = (shared.cfg.warmup_sessions as usize).min(plan.sessions.len());
+    if n_warm > 0 {
+        shared.emit(RunEvent::Phase(Phase::Warmup));
+        let sessions = plan.sessions[..n_warm]
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                s.turns.truncate(WARMUP_TURNS);
+                s
+            })
+            .collect();
+        let ph = Arc::new(PhaseState {
+            sessions: Arc::new(sessions),
+            warmup: true,
+            deadline: None,
+            next: AtomicUsize::new(0),
+            active: AtomicU32::new(0),
+        });
+        let c = shared.cfg.concurrency.max(1).min(n_warm as u32);
+        closed_loop(&shared, &ph, c).await;
     }
-    let mut turns = Vec::new();
-    let mut sessions = Vec::new();
-    while let Some(r) = workers.join_next().await {
-        if let Ok((t, s)) = r {
-            turns.extend(t);
-            sessions.extend(s);
+    let warmup_elapsed = start.elapsed();
+
+    let mut not_started = 0;
+    let measure_start = Instant::now();
+    if !shared.cancel.is_cancelled() && shared.fuse.is_none_or(|f| measure_start < f) {
+        shared.emit(RunEvent::Phase(Phase::Measuring));
+        let ph = Arc::new(PhaseState {
+            sessions: Arc::new(plan.sessions.clone()),
+            warmup: false,
+            deadline: shared.cfg.duration.map(|d| measure_start + d),
+            next: AtomicUsize::new(0),
+            active: AtomicU32::new(0),
+        });
+        match shared.cfg.arrival {
+            Some(a) => not_started = open_loop(&shared, &ph, a).await,
+            None => closed_loop(&shared, &ph, shared.cfg.concurrency).await,
         }
     }
-    turns.sort_by(|a: &TurnRecord, b| a.end_s.total_cmp(&b.end_s));
+    let elapsed = measure_start.elapsed();
+    let mut all = shared
+        .records
+        .lock()
+        .map(|mut r| std::mem::take(&mut *r))
+        .unwrap_or_default();
+    all.turns
+        .sort_by(|a: &TurnRecord, b| a.end_s.total_cmp(&b.end_s));
     let stopped_by = if shared.cancel.is_cancelled() {
         StopReason::Cancelled
     } else if shared.fuse_blown.load(Ordering::SeqCst) {
         StopReason::MaxDuration
-    } else if shared.duration_hit.load(Ordering::SeqCst) || shared.deadline.is_some() {
+    } else if shared.duration_hit.load(Ordering::SeqCst) || shared.cfg.duration.is_some() {
         StopReason::Duration
     } else {
         StopReason::Exhausted
     };
-    let elapsed = start.elapsed();
     shared.emit(RunEvent::Stopped { by: stopped_by });
     RunOutcome {
-        turns,
-        sessions,
+        turns: all.turns,
+        sessions: all.sessions,
         elapsed,
+        warmup_elapsed,
         stopped_by,
+        arrivals_not_started: not_started,
+        task_failures: shared
+            .task_failures
+            .lock()
+            .map(|f| f.clone())
+            .unwrap_or_default(),
     }
 }
 
-async fn worker(sh: Arc<Shared>) -> (Vec<TurnRecord>, Vec<SessionRecord>) {
-    let mut turns = Vec::new();
-    let mut sessions = Vec::new();
-    loop {
-        if sh.stop_now(Instant::now()).is_some() {
-            break;
-        }
-        let Some((idx, replay)) = sh.next_session() else {
+/// Exactly `c` workers, each refilled from the pool as soon as its session ends. Each worker's
+/// first session is taken (and counted active) before any is spawned, so the first turns see
+/// all `c` sessions active.
+async fn closed_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, c: u32) {
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..c {
+        let Some(first) = ph.next_session() else {
             break;
         };
-        sh.active.fetch_add(1, Ordering::SeqCst);
-        let sess = &sh.plan.sessions[idx];
-        let rec = play_session(&sh, sess, replay, &mut turns).await;
-        sh.active.fetch_sub(1, Ordering::SeqCst);
-        sh.emit(RunEvent::SessionFinished(&rec));
-        sessions.push(rec);
+        ph.active.fetch_add(1, Ordering::SeqCst);
+        let (sh, ph) = (sh.clone(), ph.clone());
+        workers.spawn(async move {
+            let mut next = Some(first);
+            while let Some((idx, replay)) = next {
+                let rec = play_session(&sh, &ph, idx, replay, None).await;
+                sh.session_finished(rec);
+                next = if sh.stop_now(&ph, Instant::now()).is_some() {
+                    None
+                } else {
+                    ph.next_session()
+                };
+                if next.is_none() {
+                    ph.active.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        });
     }
-    (turns, sessions)
+    join_all(sh, workers).await;
+}
+
+/// Waits for every task; a panicked one is noted in `task_failures`.
+async fn join_all<T: Transport>(sh: &Shared<T>, mut set: tokio::task::JoinSet<()>) {
+    while let Some(r) = set.join_next().await {
+        note_failure(sh, r);
+    }
+}
+
+fn note_failure<T: Transport>(sh: &Shared<T>, r: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = r {
+        tracing::error!("a replay task failed: {e}");
+        if let Ok(mut f) = sh.task_failures.lock() {
+            f.push(e.to_string());
+        }
+    }
+}
+
+/// The gap before arrival `n + 1`.
+fn interarrival(a: &Arrival, rng: &mut rand_chacha::ChaCha8Rng) -> Duration {
+    let mean = 1.0 / a.rate;
+    let s = match a.process {
+        ArrivalProcess::Constant => mean,
+        // Inverse transform of a uniform in (0, 1].
+        ArrivalProcess::Poisson => -(1.0 - rng.random::<f64>()).ln() * mean,
+    };
+    Duration::from_secs_f64(s.clamp(0.0, 1e9))
+}
+
+/// Sessions start on the arrival schedule; at most `concurrency` are in flight (0: no limit).
+/// Returns how many arrivals were due but never started.
+async fn open_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, a: Arrival) -> u64 {
+    let slots =
+        (sh.cfg.concurrency > 0).then(|| Arc::new(Semaphore::new(sh.cfg.concurrency as usize)));
+    let not_started = Arc::new(AtomicUsize::new(0));
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(a.seed);
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut due = Instant::now();
+    // Take the session first: when the pool is used up the loop ends now, not one
+    // inter-arrival gap later.
+    while let Some((idx, replay)) = ph.next_session() {
+        sh.sleep_until(ph, due).await;
+        if sh.stop_now(ph, Instant::now()).is_some() {
+            break;
+        }
+        let (sh2, ph2, slots, not_started) =
+            (sh.clone(), ph.clone(), slots.clone(), not_started.clone());
+        tasks.spawn(async move {
+            let _permit = match slots {
+                Some(s) => {
+                    let permit = tokio::select! {
+                        p = s.acquire_owned() => p.ok(),
+                        _ = sh2.cancel.cancelled() => None,
+                    };
+                    if permit.is_none() || sh2.stop_now(&ph2, Instant::now()).is_some() {
+                        not_started.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    permit
+                }
+                None => None,
+            };
+            ph2.active.fetch_add(1, Ordering::SeqCst);
+            let rec = play_session(&sh2, &ph2, idx, replay, Some(due)).await;
+            ph2.active.fetch_sub(1, Ordering::SeqCst);
+            sh2.session_finished(rec);
+        });
+        due += interarrival(&a, &mut rng);
+        // Reap finished tasks as we go (memory stays bounded on long runs).
+        while let Some(r) = tasks.try_join_next() {
+            note_failure(sh, r);
+        }
+    }
+    join_all(sh, tasks).await;
+    not_started.load(Ordering::SeqCst) as u64
 }
 
 /// The JSON string literal of `marker` appended inside an existing string literal.
@@ -215,18 +436,25 @@ fn splice_marker(literal: &str, marker: &str) -> String {
     format!("{inner}{}\"", &m[1..m.len().saturating_sub(1)])
 }
 
-async fn play_session(
-    sh: &Shared,
-    sess: &PlannedSession,
+/// Plays one session turn by turn. `arrival`: when an open-loop session was due to start.
+async fn play_session<T: Transport>(
+    sh: &Shared<T>,
+    ph: &PhaseState,
+    idx: usize,
     replay: u32,
-    out: &mut Vec<TurnRecord>,
+    arrival: Option<Instant>,
 ) -> SessionRecord {
     let cfg = &sh.cfg;
-    let session_start = Instant::now();
+    let sess = &ph.sessions[idx];
+    let play_start = Instant::now();
+    let session_start = arrival.unwrap_or(play_start);
     // The conversation so far, as comma-separated message objects: built once, appended to.
     let mut messages = String::new();
-    let marker =
-        (cfg.cache_bust && replay > 0).then(|| format!("[bench replay {}#{replay}]", sess.id));
+    let marker = match (cfg.cache_bust, ph.warmup) {
+        (true, true) => Some(format!("[bench warmup {}]", sess.id)),
+        (true, false) if replay > 0 => Some(format!("[bench replay {}#{replay}]", sess.id)),
+        _ => None,
+    };
     let mut extra_tokens = 0u64;
     match (&sess.system, &marker) {
         (Some(sys), Some(m)) => {
@@ -251,21 +479,33 @@ async fn play_session(
     let mut any_failed = false;
     let mut est_shift: i64 = 0; // model mode: generated answers differ from the recorded ones
     for turn in &sess.turns {
-        // Tool wait before the turn (not counted in any latency).
+        // When the turn is due: the session's arrival (open loop), the end of its tool wait,
+        // or now. Tool waits are not counted in any latency.
+        let mut due = match arrival {
+            Some(a) if turn.index == 0 => a,
+            _ => Instant::now(),
+        };
         if turn.index > 0 && !cfg.no_gaps && turn.pre_gap_ms > 0.0 {
             let gap_ms = (turn.pre_gap_ms * cfg.gap_scale).min(cfg.gap_cap_ms);
-            let wake = Instant::now() + Duration::from_secs_f64(gap_ms / 1000.0);
-            let limit = [sh.deadline, sh.fuse].into_iter().flatten().min();
-            tokio::time::sleep_until(limit.map_or(wake, |l| wake.min(l))).await;
+            due += Duration::from_secs_f64(gap_ms / 1000.0);
+            // A session whose next turn would come after its timeout ends now, not after the wait.
+            if cfg
+                .session_timeout
+                .is_some_and(|t| due.saturating_duration_since(play_start) >= t)
+            {
+                status = SessionStatus::Timeout;
+                break;
+            }
+            sh.sleep_until(ph, due).await;
         }
         let now = Instant::now();
-        if sh.stop_now(now).is_some() {
+        if sh.stop_now(ph, now).is_some() {
             status = SessionStatus::Truncated;
             break;
         }
         if cfg
             .session_timeout
-            .is_some_and(|t| now.duration_since(session_start) >= t)
+            .is_some_and(|t| now.duration_since(play_start) >= t)
         {
             status = SessionStatus::Timeout;
             break;
@@ -295,18 +535,19 @@ async fn play_session(
             headers: cfg.headers_for(&sess.id),
             worker_header: cfg.worker_header.clone(),
         };
-        let active = sh.active.load(Ordering::SeqCst);
+        let active = ph.active.load(Ordering::SeqCst);
         let sent = Instant::now();
         let result = sh
             .client
-            .chat_body(Bytes::from(body), cfg.stream, &opts)
+            .send_turn(Bytes::from(body), cfg.stream, &opts)
             .await;
         let end = Instant::now();
         busy += end.duration_since(sent);
         played += 1;
-        let rec = turn_record(
-            sh, sess, replay, turn, &result, active, now, sent, end, est_prompt,
+        let mut rec = turn_record(
+            sh, sess, replay, turn, &result, active, due, sent, end, est_prompt,
         );
+        rec.warmup = ph.warmup;
         if rec.status == TurnStatus::Ok {
             output_tokens += rec.output_tokens.unwrap_or(0);
         } else {
@@ -327,8 +568,7 @@ async fn play_session(
             _ => turn.assistant.write_json(&mut messages),
         }
         // The record reaches the observers (and the run directory, the OS) before the next turn.
-        sh.emit(RunEvent::TurnFinished(&rec));
-        out.push(rec);
+        sh.turn_finished(rec);
     }
     if status == SessionStatus::Completed && any_failed {
         status = SessionStatus::Failed;
@@ -342,13 +582,15 @@ async fn play_session(
         output_tokens,
         busy_s: busy.as_secs_f64(),
         marker,
-        warmup: false,
+        warmup: ph.warmup,
+        start_s: sh.offset_s(session_start),
+        end_s: sh.offset_s(Instant::now()),
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-fn turn_record(
-    sh: &Shared,
+fn turn_record<T: Transport>(
+    sh: &Shared<T>,
     sess: &PlannedSession,
     replay: u32,
     turn: &bench_workload::plan::PlannedTurn,

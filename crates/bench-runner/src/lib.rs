@@ -39,6 +39,6 @@ pub mod config;
 pub mod engine;
 pub mod observer;
 
-pub use config::{ContentMode, RunConfig};
-pub use engine::{CancelToken, RunOutcome, StopReason, run};
-pub use observer::{Observer, RunDirWriter, RunEvent};
+pub use config::{Arrival, ArrivalProcess, ContentMode, RunConfig};
+pub use engine::{CancelToken, RunOutcome, StopReason, Transport, WARMUP_TURNS, run};
+pub use observer::{Observer, Phase, RunDirWriter, RunEvent};

@@ -21,6 +21,8 @@ pub enum RunEvent<'a> {
         /// Sessions in the pool.
         sessions: usize,
     },
+    /// A phase began: the warmup (only with `warmup_sessions`), then the measured run.
+    Phase(Phase),
     /// A turn finished (ok or not). Delivered before the session's next turn is sent.
     TurnFinished(&'a TurnRecord),
     /// A session play ended.
@@ -30,6 +32,16 @@ pub enum RunEvent<'a> {
         /// Why.
         by: StopReason,
     },
+}
+
+/// The phases of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Unmeasured warmup sessions.
+    Warmup,
+    /// The measured run.
+    Measuring,
 }
 
 /// Receives run events. Called on the engine's tasks: keep it quick.

@@ -237,3 +237,214 @@ fn failing_turns_are_recorded_and_the_exit_code_follows_max_error_rate() {
     assert_eq!(out.status.code(), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn open_loop_on_a_detected_sglang_server_with_flush_and_warmup() {
+    let _serial = serial();
+    let (mut sim, url) = spawn_sim(&["--flavor", "sglang", "--ttft-ms", "20", "--itl-ms", "2"]);
+    let dir = tempdir("open");
+    let out = run(&[
+        "run",
+        "--base-url",
+        &url,
+        "--rate",
+        "20",
+        "--arrival",
+        "constant",
+        "--flush-cache",
+        "--warmup-sessions",
+        "2",
+        "--json",
+        "--tokenizer",
+        "none",
+        "--dataset",
+        "random",
+        "--turns",
+        "4",
+        "--output-len",
+        "8",
+        "--num-sessions",
+        "10",
+        "--run-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("prefix cache flushed (POST /flush_cache)"),
+        "{stderr}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["config"]["backend"], "sglang",
+        "detected from sglang: metrics"
+    );
+    assert_eq!(v["config"]["run"]["return_cached_tokens_details"], true);
+    assert_eq!(v["config"]["run"]["arrival"]["rate"], 20.0);
+    // Warmup turns are recorded but not measured: 2 sessions × 3 turns.
+    assert_eq!(v["summary"]["turns_ok"], 40);
+    let turns: Vec<Value> = std::fs::read_to_string(dir.join("turns.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(turns.len(), 46);
+    assert_eq!(turns.iter().filter(|t| t["warmup"] == true).count(), 6);
+    // SGLang reports where cache hits came from.
+    assert!(
+        turns
+            .iter()
+            .any(|t| t["cached_device_tokens"].as_u64() > Some(0))
+    );
+    // Sessions were due every 50 ms, whatever the server did.
+    let mut due: Vec<f64> = turns
+        .iter()
+        .filter(|t| t["warmup"] == false && t["turn_index"] == 0)
+        .map(|t| t["due_s"].as_f64().unwrap())
+        .collect();
+    due.sort_by(f64::total_cmp);
+    assert_eq!(due.len(), 10);
+    for w in due.windows(2) {
+        assert!((w[1] - w[0] - 0.05).abs() < 1e-6, "{due:?}");
+    }
+    assert!(v["summary"]["ttft_from_due_ms"]["p50"].as_f64().unwrap() >= 20.0);
+    assert!(["arrivals", "whole_run"].contains(&v["steady_window"]["rule"].as_str().unwrap()));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // An explicit --backend that disagrees is warned about, and wins.
+    let out = run(&[
+        "run",
+        "--base-url",
+        &url,
+        "--backend",
+        "vllm",
+        "--json",
+        "--tokenizer",
+        "none",
+        "--dataset",
+        "random",
+        "--turns",
+        "1",
+        "--num-sessions",
+        "1",
+        "--run-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: --backend vllm but the server looks like sglang"),
+        "{stderr}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["config"]["backend"], "vllm");
+    assert_eq!(v["config"]["run"]["return_cached_tokens_details"], false);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &sim.id().to_string()])
+        .status();
+    let _ = sim.wait();
+}
+
+#[test]
+fn flush_cache_on_a_plain_openai_server_fails_before_any_turn() {
+    let _serial = serial();
+    let url = crate::scripted_server(|s| {
+        use std::io::Write;
+        let body = r#"{"object":"list","data":[{"id":"m","object":"model","owned_by":"me"}]}"#;
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    let dir = tempdir("flush");
+    let out = run(&[
+        "run",
+        "--base-url",
+        &url,
+        "--flush-cache",
+        "--tokenizer",
+        "none",
+        "--dataset",
+        "random",
+        "--run-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .contains("error: --flush-cache: no cache-flush endpoint is known for backend openai"),
+        "{stderr}"
+    );
+    assert!(!dir.join("turns.jsonl").exists(), "no turn was sent");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_rate_is_a_usage_error() {
+    let out = run(&["run", "--rate", "0", "--dataset", "random"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--rate must be a positive number"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn output_appends_a_line_per_run_and_csv_has_a_row_per_turn() {
+    let _serial = serial();
+    let dir = tempdir("exports");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lines = dir.join("results.jsonl");
+    let csv = dir.join("turns.csv");
+    for c in ["1", "3"] {
+        let out = run(&[
+            "run",
+            "--sim-instant",
+            "-c",
+            c,
+            "--tokenizer",
+            "none",
+            "--dataset",
+            "random",
+            "--turns",
+            "2",
+            "--num-sessions",
+            "3",
+            "--run-dir",
+            dir.join(format!("run-{c}")).to_str().unwrap(),
+            "--output",
+            lines.to_str().unwrap(),
+            "--csv",
+            csv.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&lines).unwrap();
+    let runs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2, "one line per run, appended");
+    assert_eq!(runs[0]["concurrency"], 1);
+    assert_eq!(runs[1]["concurrency"], 3);
+    assert_eq!(runs[1]["turns_ok"], 6);
+    assert!(runs[1]["ttft_p50_ms"].as_f64().is_some(), "{}", runs[1]);
+    // The CSV is the last run's turns: a header and 6 rows.
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    let mut it = rows.lines();
+    assert!(
+        it.next()
+            .unwrap()
+            .starts_with("session_id,replay,turn_index,status")
+    );
+    assert_eq!(it.count(), 6);
+    let _ = std::fs::remove_dir_all(&dir);
+}

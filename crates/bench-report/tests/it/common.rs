@@ -66,6 +66,8 @@ pub fn session(s: &str, status: SessionStatus) -> SessionRecord {
         busy_s: 1.0,
         marker: None,
         warmup: false,
+        start_s: 0.0,
+        end_s: 1.0,
     }
 }
 

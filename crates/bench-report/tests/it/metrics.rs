@@ -494,6 +494,63 @@ fn dispatch_lag() {
 }
 
 #[test]
+fn latency_from_due_time_adds_the_dispatch_lag() {
+    // Lags 0, 40 and 200 ms; TTFT 100 ms and e2e 1000 ms each.
+    let mut recs = Vec::new();
+    for (i, lag_ms) in [0.0, 40.0, 200.0].into_iter().enumerate() {
+        let mut t = turn("s", i as u32, 1.0 + lag_ms / 1000.0);
+        t.due_s = 1.0;
+        recs.push(t);
+    }
+    let m = compute(&recs, &[], &info10()).summary.steady;
+    assert_eq!(m.ttft_ms.p50, Some(100.0), "from send: unchanged");
+    some_close(m.ttft_from_due_ms.p50, 140.0);
+    some_close(m.ttft_from_due_ms.max, 300.0);
+    some_close(m.e2e_from_due_ms.p50, 1040.0);
+    // p90 by linear interpolation over [100, 140, 300]: rank 1.8 → 140 + 0.8 × 160.
+    some_close(m.ttft_from_due_ms.p90, 268.0);
+}
+
+#[test]
+fn open_loop_steady_window_runs_from_first_end_to_last_start() {
+    // Three plays: a [0, 10], b [2, 12], c [6, 20]. Window: 10 (a ends) .. 6 (c starts)?
+    // No: from the first end (10) to the last start (6) is empty → whole run. Then with d
+    // starting at 15 the window is [10, 15].
+    let mk = |id: &str, start: f64, end: f64| {
+        let mut s = session(id, SessionStatus::Completed);
+        s.start_s = start;
+        s.end_s = end;
+        s
+    };
+    let recs: Vec<_> = [0.0, 5.0, 10.0, 12.0, 15.0, 16.0]
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mut r = turn("x", i as u32, t);
+            r.active_at_dispatch = 1; // would be outside a concurrency window of C = 10
+            r
+        })
+        .collect();
+    let info = RunInfo {
+        open_loop: true,
+        ..info10()
+    };
+    let short = [mk("a", 0.0, 10.0), mk("b", 2.0, 12.0), mk("c", 6.0, 20.0)];
+    let r = compute(&recs, &short, &info);
+    assert_eq!(r.steady_window.rule, "whole_run");
+    assert_eq!(r.summary.steady.turns, 6);
+    let mut long = short.to_vec();
+    long.push(mk("d", 15.0, 30.0));
+    let r = compute(&recs, &long, &info);
+    assert_eq!(r.steady_window.rule, "arrivals");
+    assert_eq!(r.summary.steady.turns, 3, "sent at 10, 12 and 15");
+    assert_eq!(r.steady_window.start_s, Some(10.0));
+    let closed = compute(&recs, &long, &info10());
+    assert_eq!(closed.steady_window.rule, "concurrency");
+    assert_eq!(closed.summary.steady.turns, 0);
+}
+
+#[test]
 fn console_report_has_the_headlines() {
     let mut a = turn("a", 0, 0.0);
     a.cached_tokens = Some(50);

@@ -1,6 +1,8 @@
 //! The engine against the embedded simulator and scripted servers, over real loopback HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod paused;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
