@@ -494,7 +494,10 @@ fn tick(c: &Counters, bar: Option<&ProgressBar>, interval: Duration, stop: &mpsc
     } else {
         interval
     };
-    let mut rate = RateWindow::new(interval, Instant::now());
+    // Tokens are counted when a turn ends, in bursts: average over at least 10 s so the rate
+    // does not swing between 0 and a burst.
+    let window = interval.max(Duration::from_secs(10));
+    let mut rate = RateWindow::new(window, Instant::now());
     let mut epoch = c.epoch.load(Ordering::SeqCst);
     loop {
         match stop.recv_timeout(period) {
@@ -506,7 +509,7 @@ fn tick(c: &Counters, bar: Option<&ProgressBar>, interval: Duration, stop: &mpsc
         if e != epoch {
             // The counts were zeroed (warmup → measured run): the rate starts over.
             epoch = e;
-            rate = RateWindow::new(interval, c.start());
+            rate = RateWindow::new(window, c.start());
         }
         let mut s = c.snapshot(now);
         s.output_tok_s = rate.push(now, c.output_tokens.load(Ordering::Relaxed));
