@@ -271,6 +271,14 @@ impl Events {
     }
 }
 
+impl bench_runner::Observer for Events {
+    fn on_event(&self, e: &bench_runner::RunEvent<'_>) {
+        if let bench_runner::RunEvent::Phase(p) = e {
+            self.emit("phase", serde_json::json!({ "phase": p }));
+        }
+    }
+}
+
 /// Runs `bench run`.
 pub async fn run_run(args: RunCmd) -> Result<(), CliError> {
     if !(0.0..=1.0).contains(&args.steady_frac) {
@@ -447,7 +455,7 @@ async fn replay(
         .append(true)
         .open(dir.join("events.jsonl"))
         .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", dir.display())))?;
-    let events = Events(std::sync::Mutex::new(events_file));
+    let events = Arc::new(Events(std::sync::Mutex::new(events_file)));
     events.emit(
         "run.started",
         serde_json::json!({
@@ -508,7 +516,7 @@ async fn replay(
         plan,
         client,
         cfg.clone(),
-        vec![writer.clone(), progress.clone()],
+        vec![writer.clone(), progress.clone(), events.clone()],
         cancel,
     )
     .await;

@@ -61,9 +61,14 @@ impl RunResult {
             (Some(a), Some(b)) => format!(", {a:.1}–{b:.1} s"),
             _ => String::new(),
         };
+        let rule = match w.rule.as_str() {
+            "arrivals" => "sent between the first session's end and the last one's start".into(),
+            "whole_run" => "every turn: no session ended before the last one started".into(),
+            _ => format!("active at dispatch ≥ {}", w.min_active),
+        };
         line(format!(
-            "steady window  {} of {} turns (active at dispatch ≥ {}){range}",
-            w.turns, w.turns_total, w.min_active
+            "steady window  {} of {} turns ({rule}){range}",
+            w.turns, w.turns_total
         ));
         line(String::new());
         line(format!(
@@ -100,6 +105,11 @@ impl RunResult {
         line(dist("TPOT", &m.tpot_ms));
         line(pooled("ITL (chunk gaps)", &m.itl_ms));
         line(dist("e2e", &m.e2e_ms));
+        if w.rule != "concurrency" {
+            // Open loop: latency as a user arriving on schedule saw it.
+            line(dist("TTFT from due", &m.ttft_from_due_ms));
+            line(dist("e2e from due", &m.e2e_from_due_ms));
+        }
         line(String::new());
         line(format!(
             "output tok/s   {} (peak 1 s {})   input tok/s {}   turns/s {}",
