@@ -4,7 +4,7 @@
 //! Files are streamed line by line: memory holds one line at a time, not the file.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use crate::error::PlanError;
@@ -141,11 +141,6 @@ pub fn read_sessions(
     sink: &mut dyn FnMut(SessionRecord) -> Result<(), PlanError>,
 ) -> Result<(), PlanError> {
     let name = file.to_string_lossy();
-    if name.ends_with(".zst") {
-        let dec = zstd::stream::read::Decoder::new(reader)
-            .map_err(|e| PlanError::input(file, None, format!("not zstd data: {e}")))?;
-        return read_lines(file, BufReader::new(dec), opts, report, sink);
-    }
     if name.ends_with(".json") {
         let mut bytes = Vec::new();
         BufReader::new(reader)
@@ -168,7 +163,9 @@ pub fn read_sessions(
         let r = parse_session(&bytes);
         return deliver(file, None, r, opts, report, sink);
     }
-    read_lines(file, BufReader::new(reader), opts, report, sink)
+    let reader = decoded(reader, name.ends_with(".zst"))
+        .map_err(|e| PlanError::input(file, None, format!("not zstd data: {e}")))?;
+    read_lines(file, reader, opts, report, sink)
 }
 
 fn deliver(
@@ -201,30 +198,86 @@ fn deliver(
 
 fn read_lines(
     file: &Path,
-    mut reader: impl BufRead,
+    reader: impl BufRead,
     opts: LoadOptions,
     report: &mut LoadReport,
     sink: &mut dyn FnMut(SessionRecord) -> Result<(), PlanError>,
 ) -> Result<(), PlanError> {
-    let mut buf = Vec::new();
-    let mut line_no = 0u64;
-    loop {
-        buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| PlanError::input(file, Some(line_no + 1), format!("cannot read: {e}")))?;
-        if n == 0 {
-            return Ok(());
-        }
-        line_no += 1;
-        let line = buf.trim_ascii();
-        if line.is_empty() {
-            continue;
-        }
+    let mut lines = Lines::new(reader, false);
+    while let Some((line_no, bytes)) = lines
+        .next_line()
+        .map_err(|(n, e)| PlanError::input(file, Some(n), format!("cannot read: {e}")))?
+    {
+        let line = bytes.trim_ascii();
         let r = match std::str::from_utf8(line) {
             Ok(_) => parse_session(line),
             Err(e) => Err(format!("invalid UTF-8 at byte {}", e.valid_up_to())),
         };
         deliver(file, Some(line_no), r, opts, report, sink)?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers shared with the importers (`crate::import`), which word their errors their own way
+
+/// Read buffer size of [`decoded`].
+const BUF_SIZE: usize = 1 << 16;
+
+/// A UTF-8 byte order mark.
+pub(crate) const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// `reader` buffered, and zstd-decompressed on the fly when `zst`. Fails only when the zstd
+/// decoder cannot start; corrupt data surfaces as a read error.
+pub(crate) fn decoded<'a>(reader: impl Read + 'a, zst: bool) -> io::Result<Box<dyn BufRead + 'a>> {
+    Ok(if zst {
+        let dec = zstd::stream::read::Decoder::new(reader)?;
+        Box::new(BufReader::with_capacity(BUF_SIZE, dec))
+    } else {
+        Box::new(BufReader::with_capacity(BUF_SIZE, reader))
+    })
+}
+
+/// A non-blank line: its 1-based number and its bytes (with the line end).
+pub(crate) type Line<'b> = (u64, &'b [u8]);
+
+/// Streams the lines of a reader that are not blank (ASCII whitespace only), reusing one buffer.
+pub(crate) struct Lines<R> {
+    reader: R,
+    /// Drop a UTF-8 byte order mark at the start of the first line.
+    skip_bom: bool,
+    line: u64,
+    buf: Vec<u8>,
+}
+
+impl<R: BufRead> Lines<R> {
+    pub(crate) fn new(reader: R, skip_bom: bool) -> Self {
+        Lines {
+            reader,
+            skip_bom,
+            line: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next non-blank line. A read error comes with the number of the line it hit.
+    pub(crate) fn next_line(&mut self) -> Result<Option<Line<'_>>, (u64, io::Error)> {
+        loop {
+            self.buf.clear();
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| (self.line + 1, e))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.line += 1;
+            if self.skip_bom && self.line == 1 && self.buf.starts_with(BOM) {
+                self.buf.drain(..BOM.len());
+            }
+            if !self.buf.iter().all(u8::is_ascii_whitespace) {
+                return Ok(Some((self.line, &self.buf)));
+            }
+        }
     }
 }

@@ -40,13 +40,14 @@ mod swe_agent;
 use std::collections::HashSet;
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Cursor, Read};
+use std::io::{BufRead, Cursor, Read};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use serde_json::{Map, Value};
 
 use crate::format::{Message, SessionRecord, TurnRecord};
+use crate::load::{self, BOM};
 
 pub use mooncake::block_text as mooncake_block_text;
 
@@ -542,14 +543,8 @@ fn is_zst(path: &Path) -> bool {
 pub(crate) fn open(path: &Path) -> Result<Box<dyn BufRead>, ImportError> {
     let file =
         File::open(path).map_err(|e| ImportError::new(path, None, format!("cannot open: {e}")))?;
-    if is_zst(path) {
-        let dec = zstd::stream::read::Decoder::new(file).map_err(|e| {
-            ImportError::new(path, None, format!("cannot start zstd decoding: {e}"))
-        })?;
-        Ok(Box::new(BufReader::with_capacity(1 << 16, dec)))
-    } else {
-        Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
-    }
+    load::decoded(file, is_zst(path))
+        .map_err(|e| ImportError::new(path, None, format!("cannot start zstd decoding: {e}")))
 }
 
 /// Reads a whole (decompressed) file.
@@ -562,94 +557,64 @@ pub(crate) fn read_all(path: &Path) -> Result<Vec<u8>, ImportError> {
     Ok(bytes)
 }
 
-/// A UTF-8 byte order mark, ignored at the start of a file.
-const BOM: &[u8] = b"\xEF\xBB\xBF";
-
-/// Streams the non-blank lines of a reader with 1-based line numbers.
-pub(crate) struct Lines {
-    reader: Box<dyn BufRead>,
-    path: PathBuf,
-    line: u64,
-    buf: Vec<u8>,
-}
-
-/// One line: its number and its text, or the reason it is unusable (invalid UTF-8).
-pub(crate) type Line = (u64, Result<String, ImportError>);
-
-impl Lines {
-    pub(crate) fn new(path: &Path, reader: Box<dyn BufRead>) -> Self {
-        Lines {
-            reader,
-            path: path.to_path_buf(),
-            line: 0,
-            buf: Vec::new(),
-        }
-    }
-
-    /// The next non-blank line; `Err` only for read errors (which cannot be skipped).
-    pub(crate) fn next_line(&mut self) -> Result<Option<Line>, ImportError> {
-        loop {
-            self.buf.clear();
-            let n = self.reader.read_until(b'\n', &mut self.buf).map_err(|e| {
-                ImportError::new(&self.path, Some(self.line + 1), format!("read error: {e}"))
-            })?;
-            if n == 0 {
-                return Ok(None);
-            }
-            self.line += 1;
-            if self.line == 1 && self.buf.starts_with(BOM) {
-                self.buf.drain(..BOM.len());
-            }
-            if self.buf.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let bytes = std::mem::take(&mut self.buf);
-            let text = String::from_utf8(bytes).map_err(|e| {
-                let at = e.utf8_error().valid_up_to();
-                ImportError::new(
-                    &self.path,
-                    Some(self.line),
-                    format!("invalid UTF-8 (byte {} of the line)", at + 1),
-                )
-            });
-            return Ok(Some((self.line, text)));
-        }
-    }
-}
-
 /// The outcome of handling one record: `Ok(Err(message))` is a malformed record (skippable),
 /// `Err` is fatal (I/O, sink).
 pub(crate) type RecordResult = Result<Result<(), String>, ImportError>;
 
-/// Parses each non-blank line of `reader` as JSON and hands it to `f`. Malformed lines (invalid
-/// UTF-8, invalid JSON, or `f` reporting a field error) are skipped under `skip_invalid`.
+/// Parses each non-blank line of `reader` as JSON and hands it to `f` with its 1-based number
+/// (a byte order mark at the start is ignored). Malformed lines (invalid UTF-8, invalid JSON, or
+/// `f` reporting a field error) are skipped under `skip_invalid`.
 pub(crate) fn for_each_json_line(
     ctx: &mut Ctx<'_>,
     path: &Path,
     reader: Box<dyn BufRead>,
     f: &mut dyn FnMut(&mut Ctx<'_>, u64, Value) -> RecordResult,
 ) -> Result<(), ImportError> {
-    let mut lines = Lines::new(path, reader);
-    while let Some((line, text)) = lines.next_line()? {
-        let text = match text {
-            Ok(t) => t,
-            Err(e) => {
-                ctx.invalid(e)?;
-                continue;
-            }
+    let mut lines = load::Lines::new(reader, true);
+    while let Some((line, bytes)) = lines
+        .next_line()
+        .map_err(|(n, e)| ImportError::new(path, Some(n), format!("read error: {e}")))?
+    {
+        let value = match std::str::from_utf8(bytes) {
+            Ok(text) => serde_json::from_str(text).map_err(|e| json_error(&e)),
+            Err(e) => Err(format!(
+                "invalid UTF-8 (byte {} of the line)",
+                e.valid_up_to() + 1
+            )),
         };
-        let value: Value = match serde_json::from_str(&text) {
-            Ok(v) => v,
-            Err(e) => {
-                ctx.invalid(ImportError::new(path, Some(line), json_error(&e)))?;
-                continue;
-            }
+        let outcome = match value {
+            Ok(value) => f(ctx, line, value)?,
+            Err(msg) => Err(msg),
         };
-        if let Err(msg) = f(ctx, line, value)? {
+        if let Err(msg) = outcome {
             ctx.invalid(ImportError::new(path, Some(line), msg))?;
         }
     }
     Ok(())
+}
+
+/// Imports JSON Lines of chat-shaped records: `per_record` turns each line's value (with the
+/// default id `STEM-N`, N counting the lines that are valid JSON from 0) into a session and the
+/// number of its trailing messages without an answer, or a field error.
+pub(crate) fn import_lines(
+    ctx: &mut Ctx<'_>,
+    path: &Path,
+    reader: Box<dyn BufRead>,
+    stem: &str,
+    per_record: impl Fn(&mut Ctx<'_>, &Value, String) -> Result<(SessionRecord, usize), String>,
+) -> Result<(), ImportError> {
+    let mut index = 0usize;
+    for_each_json_line(ctx, path, reader, &mut |ctx, line, value| {
+        let default_id = format!("{stem}-{index}");
+        index += 1;
+        match per_record(ctx, &value, default_id) {
+            Ok((session, trailing)) => {
+                emit_conversation(ctx, path, Some(line), session, trailing)?;
+                Ok(Ok(()))
+            }
+            Err(m) => Ok(Err(m)),
+        }
+    })
 }
 
 /// A JSON document read whole, or why it is unusable.

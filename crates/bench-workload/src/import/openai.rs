@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::{
     ChatMessage, Ctx, Document, ImportError, NoteKind, as_object, build_turns, content_text,
-    cursor, describe, emit_conversation, file_stem, for_each_json_line, id_string, is_jsonl, open,
+    cursor, describe, emit_conversation, file_stem, id_string, import_lines, is_jsonl, open,
     read_document,
 };
 use crate::format::SessionRecord;
@@ -113,13 +113,15 @@ fn is_many(items: &[Value]) -> bool {
 
 pub(crate) fn import_file(ctx: &mut Ctx<'_>, path: &Path) -> Result<(), ImportError> {
     let stem = file_stem(path);
+    // Lines carry no error prefix: their errors name the line.
+    let per_line = |ctx: &mut Ctx<'_>, value: &Value, id| session(ctx, value, "", id);
     if is_jsonl(path) {
-        return import_lines(ctx, path, open(path)?, &stem);
+        return import_lines(ctx, path, open(path)?, &stem, per_line);
     }
     match read_document(path)? {
         Document::Empty => Ok(()),
         Document::Invalid(e) => ctx.invalid(e),
-        Document::Lines(bytes) => import_lines(ctx, path, cursor(bytes), &stem),
+        Document::Lines(bytes) => import_lines(ctx, path, cursor(bytes), &stem, per_line),
         Document::Json(Value::Array(items)) if is_many(&items) => {
             for (i, item) in items.iter().enumerate() {
                 match session(ctx, item, &format!("[{i}]: "), format!("{stem}-{i}")) {
@@ -134,24 +136,4 @@ pub(crate) fn import_file(ctx: &mut Ctx<'_>, path: &Path) -> Result<(), ImportEr
             Err(m) => ctx.invalid(ImportError::new(path, None, m)),
         },
     }
-}
-
-fn import_lines(
-    ctx: &mut Ctx<'_>,
-    path: &Path,
-    reader: Box<dyn std::io::BufRead>,
-    stem: &str,
-) -> Result<(), ImportError> {
-    let mut index = 0usize;
-    for_each_json_line(ctx, path, reader, &mut |ctx, line, value| {
-        let default_id = format!("{stem}-{index}");
-        index += 1;
-        match session(ctx, &value, "", default_id) {
-            Ok((s, trailing)) => {
-                emit_conversation(ctx, path, Some(line), s, trailing)?;
-                Ok(Ok(()))
-            }
-            Err(m) => Ok(Err(m)),
-        }
-    })
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::{
     ChatMessage, Ctx, Document, ImportError, as_object, build_turns, cursor, describe,
-    emit_conversation, file_stem, for_each_json_line, id_string, is_jsonl, open, read_document,
+    emit_conversation, file_stem, id_string, import_lines, is_jsonl, open, read_document,
 };
 use crate::format::{SessionRecord, Source};
 
@@ -103,13 +103,15 @@ fn conversation(
 
 pub(crate) fn import_file(ctx: &mut Ctx<'_>, path: &Path) -> Result<(), ImportError> {
     let stem = file_stem(path);
+    // Lines carry no error prefix: their errors name the line.
+    let per_line = |_: &mut Ctx<'_>, value: &Value, id| conversation(value, "", id);
     if is_jsonl(path) {
-        return import_lines(ctx, path, open(path)?, &stem);
+        return import_lines(ctx, path, open(path)?, &stem, per_line);
     }
     match read_document(path)? {
         Document::Empty => Ok(()),
         Document::Invalid(e) => ctx.invalid(e),
-        Document::Lines(bytes) => import_lines(ctx, path, cursor(bytes), &stem),
+        Document::Lines(bytes) => import_lines(ctx, path, cursor(bytes), &stem, per_line),
         Document::Json(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
                 match conversation(item, &format!("[{i}]: "), format!("{stem}-{i}")) {
@@ -136,24 +138,4 @@ pub(crate) fn import_file(ctx: &mut Ctx<'_>, path: &Path) -> Result<(), ImportEr
             ),
         )),
     }
-}
-
-fn import_lines(
-    ctx: &mut Ctx<'_>,
-    path: &Path,
-    reader: Box<dyn std::io::BufRead>,
-    stem: &str,
-) -> Result<(), ImportError> {
-    let mut index = 0usize;
-    for_each_json_line(ctx, path, reader, &mut |ctx, line, value| {
-        let default_id = format!("{stem}-{index}");
-        index += 1;
-        match conversation(&value, "", default_id) {
-            Ok((session, trailing)) => {
-                emit_conversation(ctx, path, Some(line), session, trailing)?;
-                Ok(Ok(()))
-            }
-            Err(m) => Ok(Err(m)),
-        }
-    })
 }
