@@ -3,8 +3,13 @@
 //! * `cargo xtask ci` — the checks `.ci/run` runs: fmt, clippy, docs, tests, the README's main
 //!   command.
 //! * `cargo xtask perf [plan]` — performance scenarios; results in `target/perf/`.
+//! * `cargo xtask it llama` — integration test against a real llama.cpp server (needs PyPI).
+//! * `cargo xtask bench [--update-baseline]` — the `openai` journey pack against the embedded
+//!   simulator, gated against `fixtures/baselines/journeys-openai.json`.
 
+mod bench;
 mod ci;
+mod it;
 mod perf;
 
 use std::process::ExitCode;
@@ -14,14 +19,16 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci::run(),
         Some("perf") => perf::run(&args[1..]),
+        Some("it") => it::run(&args[1..]),
+        Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help") | None => {
             println!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci            fmt, clippy, docs, tests and the README's main command\n  perf [plan]   performance scenarios (results in target/perf/)"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci            fmt, clippy, docs, tests and the README's main command\n  perf [plan]   performance scenarios (results in target/perf/)\n  it llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  bench [--update-baseline]\n                the openai journey pack vs the committed baseline (how CI uses us)"
             );
             Ok(())
         }
         Some(other) => {
-            eprintln!("xtask: unknown task {other:?} (known: ci, perf)");
+            eprintln!("xtask: unknown task {other:?} (known: ci, perf, it, bench)");
             return ExitCode::from(2);
         }
     };

@@ -78,7 +78,8 @@ pub struct RunCmd {
     /// Stop a session at its next turn boundary once it has run this long.
     #[arg(long, value_parser = parse_duration)]
     pub session_timeout: Option<Duration>,
-    /// The model's window for the context guard [default: max_model_len from /v1/models].
+    /// The model's window for the context guard [default: `max_model_len` from /v1/models, or
+    /// llama.cpp's per-slot `meta.n_ctx`].
     #[arg(long)]
     pub max_model_len: Option<u64>,
     /// Multiply every tool wait by this.
@@ -180,7 +181,7 @@ pub struct EmbeddedSimArgs {
 }
 
 impl EmbeddedSimArgs {
-    fn to_model_args(&self) -> SimModelArgs {
+    pub(crate) fn to_model_args(&self) -> SimModelArgs {
         let d = SimConfig::default();
         SimModelArgs {
             ttft_ms: self.sim_ttft_ms,
@@ -369,7 +370,9 @@ async fn replay(
     };
     let max_model_len = args
         .max_model_len
-        .or_else(|| models["data"][0]["max_model_len"].as_u64());
+        .or_else(|| models["data"][0]["max_model_len"].as_u64())
+        // llama.cpp: the per-slot window.
+        .or_else(|| models["data"][0]["meta"]["n_ctx"].as_u64());
     let detected = crate::backend::detect(&client, &models).await;
     let backend = match args.backend {
         Some(b) => {
