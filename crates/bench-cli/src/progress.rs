@@ -5,7 +5,7 @@
 //! still shows heartbeats: elapsed time keeps moving while the turn count and the output rate
 //! stand still. [`Progress::finish`] stops the ticker and clears the bar.
 //!
-//! A heartbeat line ([`line`]):
+//! A heartbeat line ([`line()`]):
 //!
 //! ```text
 //! bench run: 35 s · 412/1200 turns · 31 sessions done · 8/8 active · 1532 output tok/s · 0 failed · ETA 1m 07s
@@ -69,7 +69,7 @@ impl Mode {
     }
 }
 
-/// What the run looks like at one moment: the input of [`line`].
+/// What the run looks like at one moment: the input of [`line()`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
     /// In the unmeasured warmup: the counts are the warmup's, and there is no ETA.

@@ -328,12 +328,12 @@ pub async fn run<T: Transport>(
 /// first session is taken (and counted active) before any is spawned, so the first turns see
 /// all `c` sessions active.
 async fn closed_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, c: u32) {
+    // Every first session is taken and counted before the first worker starts: a worker
+    // spawned early could otherwise finish its session and take the next worker's.
+    let firsts: Vec<(usize, u32)> = (0..c).map_while(|_| ph.next_session()).collect();
+    ph.active.fetch_add(firsts.len() as u32, Ordering::SeqCst);
     let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..c {
-        let Some(first) = ph.next_session() else {
-            break;
-        };
-        ph.active.fetch_add(1, Ordering::SeqCst);
+    for first in firsts {
         let (sh, ph) = (sh.clone(), ph.clone());
         workers.spawn(async move {
             let mut next = Some(first);
