@@ -75,9 +75,12 @@ pub fn run(args: &[String]) -> Result<()> {
         if !baseline.is_file() {
             bail!("{BASELINE} is missing: make it with `cargo xtask bench --update-baseline`");
         }
-        cmd.arg("--baseline")
-            .arg(&baseline)
-            .args(["--threshold", THRESHOLD, "--min-delta-ms", MIN_DELTA_MS]);
+        cmd.arg("--baseline").arg(&baseline).args([
+            "--threshold",
+            THRESHOLD,
+            "--min-delta-ms",
+            MIN_DELTA_MS,
+        ]);
     }
     eprintln!("xtask bench: {} {}", bench.display(), ARGS.join(" "));
     let status = cmd.status().context("cannot run bench")?;

@@ -55,5 +55,7 @@ pub fn run() -> Result<()> {
         &["run", "--release", "-p", "bench-cli", "--", "run"],
         &[],
     )?;
+    crate::bench::run(&[])?;
+    crate::it::run(&["llama".to_owned()])?;
     Ok(())
 }

@@ -2,9 +2,11 @@
 //! builds the runtime and maps errors to exit codes.
 //!
 //! Commands: `bench sim` (serve the embedded simulator), `bench probe` (measure one turn),
-//! `bench plan` (build and summarize a workload plan), `bench import` (convert traces).
+//! `bench plan` (build and summarize a workload plan), `bench import` (convert traces),
+//! `bench run` (replay and measure), `bench journeys` (time API operations).
 
 pub mod backend;
+pub mod journeys;
 pub mod output;
 pub mod progress;
 pub mod run;
@@ -61,6 +63,14 @@ pub enum Command {
     /// Convert traces (lmcache, mooncake, sharegpt, openai-messages, swe-agent) into the native
     /// session format (.jsonl or .jsonl.zst).
     Import(workload::ImportCmd),
+    /// Time user journeys (API operations) with latency or throughput runners; report, gate
+    /// and compare with a baseline.
+    ///
+    /// Packs: `openai` (list_models, chat_completion, stream_ttft, stream_complete, interrupt,
+    /// metrics_scrape; the embedded simulator without --base-url) and `agent-sessions` (an
+    /// agent server's session API); or your own journeys with --file. Exit codes: 0 ok, 1 a
+    /// gate, a regression or a setup failed, 2 bad usage or input.
+    Journeys(Box<journeys::JourneysCmd>),
 }
 
 /// Metric vocabulary of the simulator's /metrics.

@@ -31,6 +31,7 @@ fn main() -> ExitCode {
             Command::Run(args) => bench_cli::run::run_run(*args).await,
             Command::Plan(args) => bench_cli::workload::run_plan(args),
             Command::Import(args) => bench_cli::workload::run_import(args),
+            Command::Journeys(args) => bench_cli::journeys::run_journeys(*args).await,
         }
     });
     match result {

@@ -462,9 +462,23 @@ impl Client {
         body: Bytes,
         timeout: Option<Duration>,
     ) -> Result<SimpleResponse, Error> {
+        self.request_with(method, path, &[], body, timeout).await
+    }
+
+    /// Sends a request with extra headers for this request only and reads the whole body.
+    /// `headers` replace the client's headers of the same name (e.g. its default
+    /// `content-type: application/json`, for a multipart body).
+    pub async fn request_with(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(HeaderName, HeaderValue)],
+        body: Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<SimpleResponse, Error> {
         let timeout = timeout.unwrap_or(self.timeout);
         let fut = async {
-            let (resp, conn, _) = self.send(method, path, body, &[]).await?;
+            let (resp, conn, _) = self.send(method, path, body, headers).await?;
             let (parts, body) = resp.into_parts();
             let body = body
                 .collect()
@@ -505,6 +519,52 @@ impl Client {
     ) -> Result<TurnOutcome, Error> {
         let body = request.to_body()?;
         self.chat_body(body, request.wants_stream(), opts).await
+    }
+
+    /// Streams a chat turn only until its first output chunk, then drops the response and
+    /// its connection, as a user interrupting a generation would. Returns the time from sending
+    /// to that chunk. `body` must ask for a stream.
+    pub async fn chat_interrupt(
+        &self,
+        body: Bytes,
+        opts: &RequestOptions,
+    ) -> Result<Duration, Error> {
+        let timeout = opts.timeout.unwrap_or(self.timeout);
+        let sent = Instant::now();
+        let fut = async {
+            let (resp, conn, _) = self
+                .send(Method::POST, "/v1/chat/completions", body, &opts.headers)
+                .await?;
+            let (parts, mut body) = resp.into_parts();
+            if !parts.status.is_success() {
+                return Err(Error::status_error(parts.status, b""));
+            }
+            let mut consumer = ChatStreamConsumer::new(sent, true);
+            while let Some(frame) = body.frame().await {
+                let at = Instant::now();
+                let frame = frame.map_err(|e| map_hyper_error(e, "reading the response stream"))?;
+                if let Some(data) = frame.data_ref() {
+                    consumer.feed(data, at)?;
+                    if consumer.chunks() > 0 {
+                        // Dropping the body and the connection closes the socket.
+                        drop(body);
+                        drop(conn);
+                        return Ok(at.duration_since(sent));
+                    }
+                }
+            }
+            Err(Error::new(
+                ErrorKind::Incomplete,
+                "the stream ended before any output",
+            ))
+        };
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!("no output within {timeout:?}"),
+            )),
+        }
     }
 
     /// Sends a pre-serialized chat-completions body. `stream` says whether the body asks for a

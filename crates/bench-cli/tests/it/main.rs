@@ -1,6 +1,7 @@
 //! End-to-end tests of the `bench` binary: real processes, real loopback HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod journeys;
 mod probe;
 mod run;
 mod workload;

@@ -35,6 +35,11 @@ where
 
 /// Reads one HTTP/1.1 request (head + Content-Length body); returns the head, or None at EOF.
 async fn read_request(s: &mut TcpStream) -> Option<String> {
+    read_request_and_body(s).await.map(|(head, _)| head)
+}
+
+/// Reads one HTTP/1.1 request; returns its head and its Content-Length body, or None at EOF.
+async fn read_request_and_body(s: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 4096];
     loop {
@@ -55,7 +60,7 @@ async fn read_request(s: &mut TcpStream) -> Option<String> {
                 }
                 buf.extend_from_slice(&tmp[..n]);
             }
-            return Some(head);
+            return Some((head, buf[end + 4..end + 4 + len].to_vec()));
         }
         let n = s.read(&mut tmp).await.ok()?;
         if n == 0 {
@@ -324,4 +329,70 @@ async fn error_responses_keep_the_connection() {
         assert_eq!(e.status().map(|s| s.as_u16()), Some(503));
     }
     assert_eq!(c.connections_opened(), 1);
+}
+
+#[tokio::test]
+async fn request_with_sends_per_request_headers_and_body() {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Vec<u8>)>();
+    let addr = serve(move |mut s, _| {
+        let tx = tx.clone();
+        async move {
+            while let Some(req) = read_request_and_body(&mut s).await {
+                tx.send(req).unwrap();
+                let body = "{\"error\":\"nope\"}";
+                let resp = format!(
+                    "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                s.write_all(resp.as_bytes()).await.unwrap();
+            }
+        }
+    })
+    .await;
+    let c = client(addr);
+    let headers = [
+        (
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("multipart/form-data; boundary=xyz"),
+        ),
+        (
+            http::HeaderName::from_static("x-trace"),
+            http::HeaderValue::from_static("t1"),
+        ),
+    ];
+    let r = c
+        .request_with(
+            http::Method::PUT,
+            "/v1/things/7",
+            &headers,
+            bytes::Bytes::from_static(b"--xyz--\r\n"),
+            None,
+        )
+        .await
+        .unwrap();
+    // A non-2xx status is a response, not an error.
+    assert_eq!(r.status.as_u16(), 404);
+    assert_eq!(&r.body[..], b"{\"error\":\"nope\"}");
+    let (head, body) = rx.recv().await.unwrap();
+    let head = head.to_ascii_lowercase();
+    assert!(head.starts_with("put /v1/things/7 http/1.1"), "{head}");
+    assert!(head.contains("x-trace: t1"), "{head}");
+    // The per-request content type replaces the client's default one.
+    assert!(
+        head.contains("content-type: multipart/form-data; boundary=xyz"),
+        "{head}"
+    );
+    assert!(!head.contains("application/json"), "{head}");
+    assert_eq!(body, b"--xyz--\r\n");
+
+    // The plain `request` still sends the client's JSON content type.
+    c.request(http::Method::GET, "/a", bytes::Bytes::new(), None)
+        .await
+        .unwrap();
+    let (head, _) = rx.recv().await.unwrap();
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{head}"
+    );
 }

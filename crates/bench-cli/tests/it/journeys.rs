@@ -1,0 +1,246 @@
+//! `bench journeys` end to end: packs, lists, reports, gates, baselines, declarative files.
+
+use serde_json::Value;
+
+use crate::{run, serial, spawn_sim};
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("bench-cli-journeys-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const OPENAI: [&str; 6] = [
+    "list_models",
+    "chat_completion",
+    "stream_ttft",
+    "stream_complete",
+    "interrupt",
+    "metrics_scrape",
+];
+
+#[test]
+fn list_and_unknown_names() {
+    let o = run(&["journeys", "--list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for name in OPENAI {
+        assert!(text.contains(name), "{name} missing from {text}");
+    }
+    assert!(text.contains("concurrency-safe"));
+    let o = run(&["journeys", "--pack", "agent-sessions", "--list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 7);
+
+    let o = run(&["journeys", "--journeys", "list_models,nope"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("unknown journey \"nope\"; known: list_models, chat_completion"),
+        "{e}"
+    );
+    let o = run(&["journeys", "--pack", "nope"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown pack \"nope\"; known: openai, agent-sessions"));
+    // Only the openai pack has an embedded server.
+    let o = run(&["journeys", "--pack", "agent-sessions"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--base-url is required"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn the_openai_pack_passes_against_the_simulator_and_gates_and_baselines_work() {
+    let _serial = serial();
+    let (mut sim, url) = spawn_sim(&["--ttft-ms", "20", "--itl-ms", "2"]);
+    let dir = tempdir("openai");
+    let report = dir.join("report.json");
+    let md = dir.join("report.md");
+    let base = [
+        "journeys",
+        "--base-url",
+        &url,
+        "--iterations",
+        "5",
+        "--warmup",
+        "1",
+        "--runs",
+        "2",
+    ];
+    let mut args = base.to_vec();
+    args.extend([
+        "--output",
+        report.to_str().unwrap(),
+        "--markdown",
+        md.to_str().unwrap(),
+    ]);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    for name in OPENAI {
+        let j = &v["journeys"][name];
+        assert_eq!(j["runs"].as_array().unwrap().len(), 2, "{name}");
+        assert_eq!(j["summary"]["n_success"], 10, "{name}: {j}");
+        assert_eq!(j["summary"]["n_failures"], 0, "{name}: {j}");
+    }
+    // TTFT is the simulator's fixed 20 ms (plus loopback), not the whole stream.
+    let ttft = v["journeys"]["stream_ttft"]["summary"]["avg_p50_ms"]
+        .as_f64()
+        .unwrap();
+    let whole = v["journeys"]["stream_complete"]["summary"]["avg_p50_ms"]
+        .as_f64()
+        .unwrap();
+    assert!((20.0..30.0).contains(&ttft), "{ttft}");
+    assert!(
+        whole > ttft + 20.0,
+        "16 tokens at 2 ms each follow the first: {whole} vs {ttft}"
+    );
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.contains("| `stream_ttft` | latency | 2 |"), "{text}");
+
+    // A gate that cannot hold names the journey and the bound, exit 1.
+    let mut gated = base.to_vec();
+    gated.extend(["--journeys", "stream_ttft", "--max-p50-ms", "5"]);
+    let o = run(&gated);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("error: stream_ttft: "),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("ms is above --max-p50-ms 5"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Against itself the baseline passes; against a baseline 10× faster it regresses.
+    let mut cmp = base.to_vec();
+    cmp.extend([
+        "--journeys",
+        "stream_ttft,stream_complete",
+        "--baseline",
+        report.to_str().unwrap(),
+        "--threshold",
+        "0.5",
+    ]);
+    let o = run(&cmp);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("| `list_models` |") && out.contains("skipped"),
+        "{out}"
+    );
+    let mut fast = v.clone();
+    for name in OPENAI {
+        for k in ["avg_p50_ms", "avg_p95_ms"] {
+            let x = fast["journeys"][name]["summary"][k].as_f64().unwrap();
+            fast["journeys"][name]["summary"][k] = (x / 10.0).into();
+        }
+    }
+    let fast_path = dir.join("fast.json");
+    std::fs::write(&fast_path, fast.to_string()).unwrap();
+    let last = cmp.len() - 3;
+    cmp[last] = fast_path.to_str().unwrap();
+    let o = run(&cmp);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("stream_ttft: p50"), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("**regressed**"));
+
+    // A file that is not a report is a usage error, before anything is measured.
+    cmp[last] = md.to_str().unwrap();
+    let o = run(&cmp);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("not a bench journeys report"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &sim.id().to_string()])
+        .status();
+    let _ = sim.wait();
+}
+
+#[test]
+fn a_declarative_file_captures_and_throughput_runs() {
+    let _serial = serial();
+    let dir = tempdir("file");
+    let file = dir.join("journeys.toml");
+    std::fs::write(
+        &file,
+        r#"
+[[journey]]
+name = "chat_first_model"
+description = "GET /v1/models, then chat with the model it lists"
+concurrency_safe = true
+setup = [{ path = "/v1/models", capture = { model = "data[0].id" } }]
+measure = [
+  { method = "POST", path = "/v1/chat/completions", json = { model = "{{model}}", max_completion_tokens = 2, messages = [{ role = "user", content = "hi" }] }, capture = { id = "id" } },
+]
+
+[[journey]]
+name = "missing"
+description = "a path the server does not serve"
+measure = [{ path = "/nope" }]
+"#,
+    )
+    .unwrap();
+    let (mut sim, url) = spawn_sim(&["--instant"]);
+    let o = run(&[
+        "journeys",
+        "--file",
+        file.to_str().unwrap(),
+        "--base-url",
+        &url,
+        "-c",
+        "4",
+        "--requests",
+        "40",
+        "--iterations",
+        "7",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let chat = &v["journeys"]["chat_first_model"];
+    assert_eq!(chat["mode"], "throughput");
+    assert_eq!(chat["runs"][0]["concurrency"], 4);
+    assert_eq!(chat["summary"]["n_success"], 40);
+    // Not concurrency-safe: timed one at a time; its failures are data, not an abort.
+    let missing = &v["journeys"]["missing"];
+    assert_eq!(missing["mode"], "latency");
+    assert_eq!(missing["runs"][0]["failures"]["HTTP 404"], 7);
+
+    // A typo is a usage error naming the file and the key.
+    std::fs::write(
+        &file,
+        "[[journey]]\nname = \"x\"\ndescription = \"\"\nmeasure = [{ pathh = \"/\" }]\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "journeys",
+        "--file",
+        file.to_str().unwrap(),
+        "--base-url",
+        &url,
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("journeys.toml") && e.contains("pathh"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &sim.id().to_string()])
+        .status();
+    let _ = sim.wait();
+}

@@ -1,0 +1,25 @@
+//! Built-in journey packs.
+
+use std::sync::Arc;
+
+use crate::journey::Journey;
+
+pub mod openai;
+
+/// Names of the built-in packs.
+pub const NAMES: [&str; 2] = ["openai", "agent-sessions"];
+
+/// The `agent-sessions` pack: an agent server's session API (Omnigent's), as a declarative file.
+pub const AGENT_SESSIONS_TOML: &str = include_str!("agent-sessions.toml");
+
+/// The journeys of a built-in pack; `None` for an unknown name.
+pub fn pack(name: &str) -> Option<Result<Vec<Arc<dyn Journey>>, crate::declarative::FileError>> {
+    match name {
+        "openai" => Some(Ok(openai::journeys())),
+        "agent-sessions" => Some(
+            crate::declarative::parse("agent-sessions.toml", AGENT_SESSIONS_TOML)
+                .map(|f| f.journeys()),
+        ),
+        _ => None,
+    }
+}

@@ -1,0 +1,208 @@
+//! The `openai` pack: the operations every OpenAI-compatible server serves.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bench_transport::RequestOptions;
+use bytes::Bytes;
+
+use crate::journey::{BoxFuture, Ctx, Env, Failure, Journey};
+
+/// Output tokens asked for by the chat journeys (small: the pack times the API, not decoding).
+/// Requests pin it with `max_completion_tokens` and `ignore_eos` (vLLM, SGLang, llama.cpp and
+/// the simulator honour it), so every operation does the same work.
+pub const MAX_TOKENS: u32 = 16;
+
+/// The pack's journeys.
+pub fn journeys() -> Vec<Arc<dyn Journey>> {
+    vec![
+        Arc::new(ListModels),
+        Arc::new(Chat {
+            name: "chat_completion",
+            description: "POST /v1/chat/completions, whole JSON answer (16 tokens)",
+            mode: ChatMode::Whole,
+        }),
+        Arc::new(Chat {
+            name: "stream_ttft",
+            description: "POST /v1/chat/completions streamed: time to the first content delta",
+            mode: ChatMode::Ttft,
+        }),
+        Arc::new(Chat {
+            name: "stream_complete",
+            description: "POST /v1/chat/completions streamed to [DONE] (16 tokens)",
+            mode: ChatMode::Complete,
+        }),
+        Arc::new(Interrupt),
+        Arc::new(MetricsScrape),
+    ]
+}
+
+/// The model to ask for: the first one `GET /v1/models` lists.
+async fn first_model(env: &Env) -> Result<String, Failure> {
+    let r = env.client.get("/v1/models", None).await?;
+    if !r.status.is_success() {
+        return Err(Failure::status(r.status.as_u16(), "GET /v1/models"));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&r.body)
+        .map_err(|e| Failure::other(format!("GET /v1/models: {e}")))?;
+    v["data"][0]["id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Failure::other("GET /v1/models listed no model"))
+}
+
+fn chat_body(model: &str, stream: bool, max_tokens: u32) -> Bytes {
+    let mut v = serde_json::json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "Say hello in a few words."}],
+        "max_completion_tokens": max_tokens,
+        "ignore_eos": true,
+        "stream": stream,
+    });
+    if stream {
+        v["stream_options"] = serde_json::json!({"include_usage": true});
+    }
+    Bytes::from(v.to_string())
+}
+
+fn model_of(ctx: &Ctx) -> Result<&str, Failure> {
+    ctx.downcast_ref::<String>()
+        .map(String::as_str)
+        .ok_or_else(|| Failure::other("setup context is not a model name"))
+}
+
+struct ListModels;
+
+impl Journey for ListModels {
+    fn name(&self) -> &str {
+        "list_models"
+    }
+    fn description(&self) -> &str {
+        "GET /v1/models"
+    }
+    fn concurrency_safe(&self) -> bool {
+        true
+    }
+    fn measure<'a>(
+        &'a self,
+        env: &'a Env,
+        _ctx: &'a Ctx,
+    ) -> BoxFuture<'a, Result<Option<Duration>, Failure>> {
+        Box::pin(async move {
+            let r = env.client.get("/v1/models", None).await?;
+            if !r.status.is_success() {
+                return Err(Failure::status(r.status.as_u16(), "GET /v1/models"));
+            }
+            Ok(None)
+        })
+    }
+}
+
+struct MetricsScrape;
+
+impl Journey for MetricsScrape {
+    fn name(&self) -> &str {
+        "metrics_scrape"
+    }
+    fn description(&self) -> &str {
+        "GET /metrics (Prometheus text)"
+    }
+    fn concurrency_safe(&self) -> bool {
+        true
+    }
+    fn measure<'a>(
+        &'a self,
+        env: &'a Env,
+        _ctx: &'a Ctx,
+    ) -> BoxFuture<'a, Result<Option<Duration>, Failure>> {
+        Box::pin(async move {
+            let r = env.client.get("/metrics", None).await?;
+            if !r.status.is_success() {
+                return Err(Failure::status(r.status.as_u16(), "GET /metrics"));
+            }
+            Ok(None)
+        })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum ChatMode {
+    Whole,
+    Ttft,
+    Complete,
+}
+
+struct Chat {
+    name: &'static str,
+    description: &'static str,
+    mode: ChatMode,
+}
+
+impl Journey for Chat {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn description(&self) -> &str {
+        self.description
+    }
+    fn concurrency_safe(&self) -> bool {
+        true
+    }
+    fn setup<'a>(&'a self, env: &'a Env) -> BoxFuture<'a, Result<Ctx, Failure>> {
+        Box::pin(async move { Ok(Box::new(first_model(env).await?) as Ctx) })
+    }
+    fn measure<'a>(
+        &'a self,
+        env: &'a Env,
+        ctx: &'a Ctx,
+    ) -> BoxFuture<'a, Result<Option<Duration>, Failure>> {
+        Box::pin(async move {
+            let stream = self.mode != ChatMode::Whole;
+            let body = chat_body(model_of(ctx)?, stream, MAX_TOKENS);
+            let o = env
+                .client
+                .chat_body(body, stream, &RequestOptions::default())
+                .await?;
+            match self.mode {
+                ChatMode::Ttft => o
+                    .ttft
+                    .map(Some)
+                    .ok_or_else(|| Failure::other("no content delta")),
+                _ => Ok(None),
+            }
+        })
+    }
+}
+
+struct Interrupt;
+
+impl Journey for Interrupt {
+    fn name(&self) -> &str {
+        "interrupt"
+    }
+    fn description(&self) -> &str {
+        "start a stream, drop it at the first delta: time until a new request succeeds"
+    }
+    fn setup<'a>(&'a self, env: &'a Env) -> BoxFuture<'a, Result<Ctx, Failure>> {
+        Box::pin(async move { Ok(Box::new(first_model(env).await?) as Ctx) })
+    }
+    fn measure<'a>(
+        &'a self,
+        env: &'a Env,
+        ctx: &'a Ctx,
+    ) -> BoxFuture<'a, Result<Option<Duration>, Failure>> {
+        Box::pin(async move {
+            let model = model_of(ctx)?;
+            let opts = RequestOptions::default();
+            // A long generation, cut at its first delta.
+            env.client
+                .chat_interrupt(chat_body(model, true, 4096), &opts)
+                .await?;
+            let t0 = Instant::now();
+            env.client
+                .chat_body(chat_body(model, false, 1), false, &opts)
+                .await?;
+            Ok(Some(t0.elapsed()))
+        })
+    }
+}

@@ -1,0 +1,144 @@
+//! Running a set of journeys `runs` times and building the report.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::journey::{Env, Journey, Kind};
+use crate::report::{JourneyReport, REPORT_SCHEMA_VERSION, Report, RunRow, Summary};
+use crate::runner::{Cancel, run_latency, run_throughput};
+
+/// How a suite runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SuiteConfig {
+    /// Timed operations per latency run (clamped per journey).
+    pub iterations: u32,
+    /// Untimed operations before timing.
+    pub warmup: u32,
+    /// Operations in flight; above 1, concurrency-safe journeys run as throughput.
+    pub concurrency: u32,
+    /// Timed operations per throughput run.
+    pub requests: u32,
+    /// Repetitions of every journey.
+    pub runs: u32,
+}
+
+impl Default for SuiteConfig {
+    fn default() -> Self {
+        SuiteConfig {
+            iterations: 50,
+            warmup: 5,
+            concurrency: 1,
+            requests: 200,
+            runs: 1,
+        }
+    }
+}
+
+/// How `j` runs under `cfg`: throughput only when concurrency > 1 and it is concurrency-safe.
+pub fn mode_of(j: &dyn Journey, cfg: &SuiteConfig) -> Kind {
+    if cfg.concurrency > 1 && j.concurrency_safe() {
+        Kind::Throughput
+    } else {
+        Kind::Latency
+    }
+}
+
+/// Picks journeys by name, in the order given (all when `names` is empty). An unknown name is
+/// an error listing the known ones.
+pub fn select(
+    all: Vec<Arc<dyn Journey>>,
+    names: &[String],
+) -> Result<Vec<Arc<dyn Journey>>, String> {
+    if names.is_empty() {
+        return Ok(all);
+    }
+    let mut out = Vec::new();
+    for n in names {
+        match all.iter().find(|j| j.name() == n) {
+            Some(j) => out.push(j.clone()),
+            None => {
+                let known: Vec<&str> = all.iter().map(|j| j.name()).collect();
+                return Err(format!(
+                    "unknown journey {n:?}; known: {}",
+                    known.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Runs every journey `cfg.runs` times (journey by journey), calling `on_run` after each run.
+/// Stops starting runs once `cancel` is cancelled. `config` and `host`/`git_sha` go into the
+/// report as given.
+pub async fn run_suite(
+    journeys: &[Arc<dyn Journey>],
+    env: &Env,
+    cfg: &SuiteConfig,
+    cancel: &Cancel,
+    mut on_run: impl FnMut(&str, &RunRow),
+) -> BTreeMap<String, JourneyReport> {
+    let mut out = BTreeMap::new();
+    for j in journeys {
+        let mode = mode_of(j.as_ref(), cfg);
+        let mut rows = Vec::new();
+        for run in 1..=cfg.runs.max(1) {
+            if cancel.is_cancelled() {
+                break;
+            }
+            let r = match mode {
+                Kind::Latency => {
+                    run_latency(j.as_ref(), env, cfg.iterations, cfg.warmup, cancel).await
+                }
+                Kind::Throughput => {
+                    run_throughput(
+                        j.as_ref(),
+                        env,
+                        cfg.requests,
+                        cfg.concurrency,
+                        cfg.warmup,
+                        cancel,
+                    )
+                    .await
+                }
+            };
+            let row = RunRow::from_result(run, &r);
+            on_run(j.name(), &row);
+            rows.push(row);
+        }
+        if rows.is_empty() {
+            continue;
+        }
+        out.insert(
+            j.name().to_owned(),
+            JourneyReport {
+                kind: j.kind(),
+                mode,
+                description: j.description().to_owned(),
+                summary: Summary::over(&rows),
+                runs: rows,
+            },
+        );
+    }
+    out
+}
+
+/// A report around `journeys`, stamped now.
+pub fn report(
+    journeys: BTreeMap<String, JourneyReport>,
+    config: serde_json::Value,
+    git_sha: Option<String>,
+    host: serde_json::Value,
+) -> Report {
+    Report {
+        schema_version: REPORT_SCHEMA_VERSION,
+        generated_by: format!("bench {}", env!("CARGO_PKG_VERSION")),
+        generated_utc: time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default(),
+        git_sha,
+        host,
+        config,
+        journeys,
+    }
+}

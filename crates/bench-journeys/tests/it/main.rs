@@ -1,0 +1,5 @@
+//! Integration tests of `bench-journeys` (one binary).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod declarative;
+mod omnigent;
