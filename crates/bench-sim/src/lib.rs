@@ -42,6 +42,7 @@ mod metrics;
 mod openai;
 mod reqlog;
 mod server;
+mod timer;
 mod tokens;
 
 pub use config::{Flavor, LatencyMode, SimConfig};

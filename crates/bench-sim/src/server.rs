@@ -785,7 +785,7 @@ impl Generator {
                 while !self.done() {
                     let due = first_at + itl * self.guard.usage.completion_tokens;
                     tokio::select! {
-                        () = tokio::time::sleep_until(due) => {}
+                        () = crate::timer::sleep_until(due) => {}
                         () = &mut closed => return false,
                         () = wait_shutdown(&mut shutdown) => return false,
                     }
