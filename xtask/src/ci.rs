@@ -57,5 +57,6 @@ pub fn run() -> Result<()> {
     )?;
     crate::bench::run(&[])?;
     crate::it::run(&["llama".to_owned()])?;
+    crate::it::run(&["omnigent".to_owned()])?;
     Ok(())
 }

