@@ -96,7 +96,8 @@ pub fn clamp_iterations(j: &dyn Journey, iterations: u32) -> u32 {
 }
 
 /// Latency: setup, `warmup` untimed operations (errors ignored), `iterations` sequential timed
-/// operations (clamped by [`Journey::max_iterations`]), teardown — always.
+/// operations (clamped by [`Journey::max_iterations`]), teardown — always. The wall time is
+/// that of the timed loop.
 pub async fn run_latency(
     j: &dyn Journey,
     env: &Env,
@@ -104,38 +105,7 @@ pub async fn run_latency(
     warmup: u32,
     cancel: &Cancel,
 ) -> RunResult {
-    let operations = clamp_iterations(j, iterations);
-    let mut res = RunResult {
-        mode: Some(Kind::Latency),
-        concurrency: 1,
-        operations,
-        ..RunResult::default()
-    };
-    let ctx = match j.setup(env).await {
-        Ok(c) => c,
-        Err(f) => {
-            res.setup_failure = Some(f.to_string());
-            return res;
-        }
-    };
-    for _ in 0..warmup {
-        if cancel.is_cancelled() {
-            break;
-        }
-        let _ = j.measure(env, &ctx).await;
-    }
-    let wall = Instant::now();
-    for _ in 0..operations {
-        if cancel.is_cancelled() {
-            res.cancelled = true;
-            break;
-        }
-        let (start, r) = timed(j, env, &ctx).await;
-        res.record(start, r);
-    }
-    res.wall_s = wall.elapsed().as_secs_f64();
-    j.teardown(env, ctx).await;
-    res
+    run(j, env, Kind::Latency, iterations, 1, warmup, cancel).await
 }
 
 /// Throughput: setup, `warmup` untimed operations at the same concurrency (errors ignored),
@@ -149,10 +119,32 @@ pub async fn run_throughput(
     warmup: u32,
     cancel: &Cancel,
 ) -> RunResult {
+    run(
+        j,
+        env,
+        Kind::Throughput,
+        requests,
+        concurrency,
+        warmup,
+        cancel,
+    )
+    .await
+}
+
+/// Both runners: with `concurrency` 1 the operations run one after another.
+async fn run(
+    j: &dyn Journey,
+    env: &Env,
+    mode: Kind,
+    requests: u32,
+    concurrency: u32,
+    warmup: u32,
+    cancel: &Cancel,
+) -> RunResult {
     let operations = clamp_iterations(j, requests);
     let c = concurrency.max(1) as usize;
     let mut res = RunResult {
-        mode: Some(Kind::Throughput),
+        mode: Some(mode),
         concurrency: c as u32,
         operations,
         ..RunResult::default()

@@ -16,7 +16,11 @@ pub const MAX_TOKENS: u32 = 16;
 /// The pack's journeys.
 pub fn journeys() -> Vec<Arc<dyn Journey>> {
     vec![
-        Arc::new(ListModels),
+        Arc::new(Get {
+            name: "list_models",
+            path: "/v1/models",
+            description: "GET /v1/models",
+        }),
         Arc::new(Chat {
             name: "chat_completion",
             description: "POST /v1/chat/completions, whole JSON answer (16 tokens)",
@@ -33,7 +37,11 @@ pub fn journeys() -> Vec<Arc<dyn Journey>> {
             mode: ChatMode::Complete,
         }),
         Arc::new(Interrupt),
-        Arc::new(MetricsScrape),
+        Arc::new(Get {
+            name: "metrics_scrape",
+            path: "/metrics",
+            description: "GET /metrics (Prometheus text)",
+        }),
     ]
 }
 
@@ -71,41 +79,19 @@ fn model_of(ctx: &Ctx) -> Result<&str, Failure> {
         .ok_or_else(|| Failure::other("setup context is not a model name"))
 }
 
-struct ListModels;
-
-impl Journey for ListModels {
-    fn name(&self) -> &str {
-        "list_models"
-    }
-    fn description(&self) -> &str {
-        "GET /v1/models"
-    }
-    fn concurrency_safe(&self) -> bool {
-        true
-    }
-    fn measure<'a>(
-        &'a self,
-        env: &'a Env,
-        _ctx: &'a Ctx,
-    ) -> BoxFuture<'a, Result<Option<Duration>, Failure>> {
-        Box::pin(async move {
-            let r = env.client.get("/v1/models", None).await?;
-            if !r.status.is_success() {
-                return Err(Failure::status(r.status.as_u16(), "GET /v1/models"));
-            }
-            Ok(None)
-        })
-    }
+/// A `GET` whose only check is a success status.
+struct Get {
+    name: &'static str,
+    path: &'static str,
+    description: &'static str,
 }
 
-struct MetricsScrape;
-
-impl Journey for MetricsScrape {
+impl Journey for Get {
     fn name(&self) -> &str {
-        "metrics_scrape"
+        self.name
     }
     fn description(&self) -> &str {
-        "GET /metrics (Prometheus text)"
+        self.description
     }
     fn concurrency_safe(&self) -> bool {
         true
@@ -116,9 +102,12 @@ impl Journey for MetricsScrape {
         _ctx: &'a Ctx,
     ) -> BoxFuture<'a, Result<Option<Duration>, Failure>> {
         Box::pin(async move {
-            let r = env.client.get("/metrics", None).await?;
+            let r = env.client.get(self.path, None).await?;
             if !r.status.is_success() {
-                return Err(Failure::status(r.status.as_u16(), "GET /metrics"));
+                return Err(Failure::status(
+                    r.status.as_u16(),
+                    format!("GET {}", self.path),
+                ));
             }
             Ok(None)
         })
