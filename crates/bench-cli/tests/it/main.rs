@@ -32,7 +32,30 @@ pub fn run(args: &[&str]) -> Output {
 }
 
 /// `bench sim` as a child process; returns it and its base URL.
-pub fn spawn_sim(args: &[&str]) -> (Child, String) {
+/// A `bench sim` child that is killed when dropped (a failing test does not leak it).
+pub struct SimChild(Child);
+
+impl std::ops::Deref for SimChild {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for SimChild {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for SimChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn spawn_sim(args: &[&str]) -> (SimChild, String) {
     let mut child = bench()
         .arg("sim")
         .args(["--port", "0"])
@@ -50,7 +73,7 @@ pub fn spawn_sim(args: &[&str]) -> (Child, String) {
         .find(|w| w.starts_with("http://"))
         .unwrap_or_else(|| panic!("no URL in {line:?}"))
         .to_string();
-    (child, url)
+    (SimChild(child), url)
 }
 
 /// A one-thread scripted HTTP server: reads each request, then runs `respond` on the socket.
