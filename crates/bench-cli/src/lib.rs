@@ -10,6 +10,7 @@ pub mod journeys;
 pub mod output;
 pub mod progress;
 pub mod run;
+pub mod scrape;
 pub mod workload;
 
 use std::io::Write;

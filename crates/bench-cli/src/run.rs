@@ -138,6 +138,13 @@ pub struct RunCmd {
     /// Write every turn record as a CSV row to FILE.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    /// Scrape the server's /metrics this often (into scrapes.jsonl; summarized as `server` in
+    /// result.json). A baseline is taken before the first turn and a final one after the last.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub metrics_interval: Duration,
+    /// Do not scrape /metrics.
+    #[arg(long)]
+    pub no_metrics: bool,
     /// Progress display: a bar on a terminal, otherwise a heartbeat line every this often.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     pub progress_interval: Duration,
@@ -356,6 +363,8 @@ async fn replay(
     let mut ccfg = ClientConfig::new(base_url);
     ccfg.headers = headers;
     ccfg.timeout = args.turn_timeout;
+    // Scrapes use their own connection, never one of the workers'.
+    let scrape_client = Client::new(ccfg.clone()).map_err(|e| CliError::Usage(e.to_string()))?;
     let client = Client::new(ccfg).map_err(|e| CliError::Usage(e.to_string()))?;
     // Readiness: /v1/models answers (model name and window).
     let models = wait_ready(&client).await?;
@@ -515,15 +524,38 @@ async fn replay(
             crate::progress::Mode::auto()
         },
     ));
+    let phase = Arc::new(crate::scrape::PhaseTracker::default());
+    let scraper = if args.no_metrics {
+        None
+    } else {
+        let ev = events.clone();
+        Some(
+            crate::scrape::Scraper::start(
+                scrape_client,
+                args.metrics_interval,
+                &dir,
+                phase.clone(),
+                move |reason| {
+                    eprintln!("warning: /metrics scraping disabled: {reason}");
+                    ev.emit("scrape.disabled", serde_json::json!({ "reason": reason }));
+                },
+            )
+            .await,
+        )
+    };
     let outcome = bench_runner::run(
         plan,
         client,
         cfg.clone(),
-        vec![writer.clone(), progress.clone(), events.clone()],
+        vec![writer.clone(), progress.clone(), events.clone(), phase],
         cancel,
     )
     .await;
     progress.finish();
+    let scrapes = match scraper {
+        Some(s) => s.finish().await,
+        None => Vec::new(),
+    };
     sig.abort();
     let by = match outcome.stopped_by {
         StopReason::Exhausted => "completed",
@@ -543,7 +575,14 @@ async fn replay(
         config: config_json,
         open_loop: args.rate.is_some(),
     };
-    let result = bench_report::compute(&outcome.turns, &outcome.sessions, &info);
+    let mut result = bench_report::compute(&outcome.turns, &outcome.sessions, &info);
+    if scrapes
+        .iter()
+        .any(|s| s.phase == "measuring" || s.phase == "final")
+    {
+        result.server =
+            serde_json::to_value(bench_telemetry::summarize(&scrapes)).unwrap_or_default();
+    }
     write_json(&dir.join("result.json"), &result)?;
     if let Some(path) = &args.output {
         let ctx = crate::output::LineContext {

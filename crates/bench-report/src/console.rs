@@ -162,6 +162,18 @@ impl RunResult {
             num(m.dispatch_lag_ms.p99, 1),
             num(m.dispatch_lag_ms.max, 1)
         ));
+        if self.server.is_object() {
+            let g = |k: &str| self.server[k].as_f64();
+            line(format!(
+                "server         {} /metrics: KV usage mean {} (p99 {}), queue p99 {}, running mean {}, prefix cache {}",
+                self.server["backend"].as_str().unwrap_or("?"),
+                pct(g("kv_usage_mean")),
+                pct(g("kv_usage_p99")),
+                num(g("queue_depth_p99"), 1),
+                num(g("running_mean"), 1),
+                pct(g("prefix_cache_ratio"))
+            ));
+        }
         out
     }
 }

@@ -65,6 +65,10 @@ pub struct RunResult {
     pub overall: Metrics,
     /// How the steady window was cut.
     pub steady_window: SteadyWindow,
+    /// What the server's own `/metrics` said about the measured run (`null` when not scraped;
+    /// filled by the caller, e.g. from `bench_telemetry::summarize`).
+    #[serde(default)]
+    pub server: serde_json::Value,
 }
 
 /// Whole-run counts (every non-warmup record) and the steady-window metrics (flattened beside
@@ -405,6 +409,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         slo: info.slo,
         summary,
         overall: Metrics::from_turns(&ok, overall_span, slo),
+        server: serde_json::Value::Null,
         steady_window: SteadyWindow {
             rule: rule.to_owned(),
             concurrency: info.concurrency,

@@ -31,6 +31,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+pub mod summary;
+
+pub use summary::{Scrape, ServerSummary, summarize};
+
 /// The serving engine a scrape came from, detected from its metric-name prefixes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -177,7 +177,19 @@ fn queueing_shows_at_high_concurrency_and_the_cache_ratio_matches_the_server() {
         ttft[1],
         ttft[0]
     );
-    // The client's token-weighted prefix-cache ratio equals the server's own counters.
+    // The client's token-weighted prefix-cache ratio equals the server's own counters, and so
+    // does the ratio bench computed from its own /metrics scrapes (baseline → final).
+    assert_eq!(last["server"]["backend"], "vllm");
+    assert!(
+        last["server"]["scrapes"].as_u64().unwrap() >= 1,
+        "{}",
+        last["server"]
+    );
+    let scraped = last["server"]["prefix_cache_ratio"].as_f64().unwrap();
+    assert!(
+        (scraped - server_ratio).abs() <= 1e-9,
+        "scraped {scraped} vs server {server_ratio}"
+    );
     let ratio = last["overall"]["prefix_cache_ratio"].as_f64().unwrap();
     assert!(ratio > 0.1, "client {ratio} vs server {server_ratio}");
     assert!(
@@ -231,6 +243,18 @@ fn failing_turns_are_recorded_and_the_exit_code_follows_max_error_rate() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["summary"]["turns_failed"], 4);
     assert_eq!(v["summary"]["errors_by_kind"]["http_status"], 4);
+    // Its /metrics answers 500 too: scraping is disabled once, with a warning and an event.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr
+            .matches("warning: /metrics scraping disabled: GET /metrics answered HTTP 500")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    assert!(events.contains("\"scrape.disabled\""), "{events}");
+    assert!(v["server"].is_null());
     let mut tolerant: Vec<&str> = args.to_vec();
     tolerant.extend(["--max-error-rate", "1"]);
     let out = run(&tolerant);
