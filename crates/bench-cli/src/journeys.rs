@@ -151,11 +151,7 @@ fn git_sha() -> Option<String> {
 }
 
 fn host() -> serde_json::Value {
-    let name = std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|s| s.trim().to_owned())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_default();
+    let name = crate::lifecycle::host();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     serde_json::json!({ "name": name, "cpus": cpus, "os": std::env::consts::OS })
 }

@@ -7,10 +7,12 @@
 
 pub mod backend;
 pub mod journeys;
+pub mod lifecycle;
 pub mod output;
 pub mod progress;
 pub mod run;
 pub mod scrape;
+pub mod status;
 pub mod workload;
 
 use std::io::Write;
@@ -72,6 +74,13 @@ pub enum Command {
     /// agent server's session API); or your own journeys with --file. Exit codes: 0 ok, 1 a
     /// gate, a regression or a setup failed, 2 bad usage or input.
     Journeys(Box<journeys::JourneysCmd>),
+    /// Tell what a run is doing from its run directory: stopped and why, phase, process
+    /// (running, gone or unknown), crashed, stalled, progress, tokens and time left.
+    ///
+    /// Reads events.jsonl, turns.jsonl and sessions.jsonl (a torn last line is ignored and
+    /// reported); works on a live run, a finished one or one whose process died. Exit codes: 0
+    /// ok, 2 the directory is missing or is not a run directory.
+    Status(status::StatusCmd),
 }
 
 /// Metric vocabulary of the simulator's /metrics.

@@ -32,6 +32,7 @@ fn main() -> ExitCode {
             Command::Plan(args) => bench_cli::workload::run_plan(args),
             Command::Import(args) => bench_cli::workload::run_import(args),
             Command::Journeys(args) => bench_cli::journeys::run_journeys(*args).await,
+            Command::Status(args) => bench_cli::status::run_status(args),
         }
     });
     match result {

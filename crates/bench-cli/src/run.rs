@@ -145,6 +145,10 @@ pub struct RunCmd {
     /// Do not scrape /metrics.
     #[arg(long)]
     pub no_metrics: bool,
+    /// After the first Ctrl-C or SIGTERM, turns in flight get this long to finish before they
+    /// are cut (a second signal cuts them at once).
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub grace: Duration,
     /// Progress display: a bar on a terminal, otherwise a heartbeat line every this often.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     pub progress_interval: Duration,
@@ -286,6 +290,9 @@ impl bench_runner::Observer for Events {
         }
     }
 }
+
+/// How often `events.jsonl` gets a `heartbeat`.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 
 /// Runs `bench run`.
 pub async fn run_run(args: RunCmd) -> Result<(), CliError> {
@@ -472,9 +479,15 @@ async fn replay(
         "run.started",
         serde_json::json!({
             "pid": std::process::id(),
+            "host": crate::lifecycle::host(),
+            "process_start_utc": crate::lifecycle::process_start_utc(std::process::id()),
             "sessions_planned": plan.summary.sessions,
             "turns_planned": plan.summary.turns,
             "concurrency": cfg.concurrency,
+            "rate": cfg.arrival.map(|a| a.rate),
+            "warmup_sessions": cfg.warmup_sessions,
+            "duration_s": cfg.duration.map(|d| d.as_secs_f64()),
+            "max_duration_s": cfg.max_duration.map(|d| d.as_secs_f64()),
         }),
     );
     let writer = Arc::new(
@@ -503,12 +516,11 @@ async fn replay(
         dir.display()
     );
     let cancel = CancelToken::new();
-    let c2 = cancel.clone();
-    let sig = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("bench run: stopping: turns in flight finish, no new turn starts");
-            c2.cancel();
-        }
+    let sig = crate::lifecycle::spawn_signals(cancel.clone(), args.grace);
+    let beat = Arc::new(crate::lifecycle::Beat::default());
+    let ev = events.clone();
+    let heartbeat = crate::lifecycle::spawn_heartbeat(beat.clone(), HEARTBEAT_EVERY, move |f| {
+        ev.emit("heartbeat", f)
     });
     let concurrency = cfg.concurrency;
     let base_url = client.base_url().to_owned();
@@ -547,7 +559,13 @@ async fn replay(
         plan,
         client,
         cfg.clone(),
-        vec![writer.clone(), progress.clone(), events.clone(), phase],
+        vec![
+            writer.clone(),
+            progress.clone(),
+            events.clone(),
+            phase,
+            beat,
+        ],
         cancel,
     )
     .await;
@@ -557,6 +575,7 @@ async fn replay(
         None => Vec::new(),
     };
     sig.abort();
+    heartbeat.abort();
     let by = match outcome.stopped_by {
         StopReason::Exhausted => "completed",
         StopReason::Duration => "duration",

@@ -80,9 +80,18 @@ pub struct RunOutcome {
     pub task_failures: Vec<String>,
 }
 
-/// A handle to stop a running replay between turns.
+/// A handle to stop a running replay: [`CancelToken::cancel`] between turns (turns in flight
+/// finish), [`CancelToken::abort`] at once (turns in flight are cut and recorded as
+/// `cancelled`).
 #[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<(AtomicBool, Notify)>);
+pub struct CancelToken(Arc<CancelState>);
+
+#[derive(Debug, Default)]
+struct CancelState {
+    cancelled: AtomicBool,
+    aborted: AtomicBool,
+    notify: Notify,
+}
 
 impl CancelToken {
     /// A fresh token.
@@ -92,20 +101,37 @@ impl CancelToken {
     /// Asks the run to stop: no new turn is sent; turns in flight finish; tool waits and
     /// open-loop arrival waits end at once.
     pub fn cancel(&self) {
-        self.0.0.store(true, Ordering::SeqCst);
-        self.0.1.notify_waiters();
+        self.0.cancelled.store(true, Ordering::SeqCst);
+        self.0.notify.notify_waiters();
     }
-    /// Whether [`CancelToken::cancel`] was called.
+    /// Stops the run now: as [`CancelToken::cancel`], and turns in flight are cut (recorded
+    /// with error kind `cancelled`).
+    pub fn abort(&self) {
+        self.0.aborted.store(true, Ordering::SeqCst);
+        self.cancel();
+    }
+    /// Whether [`CancelToken::cancel`] (or abort) was called.
     pub fn is_cancelled(&self) -> bool {
-        self.0.0.load(Ordering::SeqCst)
+        self.0.cancelled.load(Ordering::SeqCst)
+    }
+    /// Whether [`CancelToken::abort`] was called.
+    pub fn is_aborted(&self) -> bool {
+        self.0.aborted.load(Ordering::SeqCst)
     }
     /// Resolves once [`CancelToken::cancel`] has been called.
     pub async fn cancelled(&self) {
+        self.wait(Self::is_cancelled).await;
+    }
+    /// Resolves once [`CancelToken::abort`] has been called.
+    pub async fn aborted(&self) {
+        self.wait(Self::is_aborted).await;
+    }
+    async fn wait(&self, done: fn(&Self) -> bool) {
         loop {
-            let n = self.0.1.notified();
+            let n = self.0.notify.notified();
             tokio::pin!(n);
             n.as_mut().enable();
-            if self.is_cancelled() {
+            if done(self) {
                 return;
             }
             n.await;
@@ -446,6 +472,11 @@ async fn play_session<T: Transport>(
 ) -> SessionRecord {
     let cfg = &sh.cfg;
     let sess = &ph.sessions[idx];
+    sh.emit(RunEvent::SessionStarted {
+        session_id: &sess.id,
+        replay,
+        warmup: ph.warmup,
+    });
     let play_start = Instant::now();
     let session_start = arrival.unwrap_or(play_start);
     // The conversation so far, as comma-separated message objects: built once, appended to.
@@ -537,10 +568,17 @@ async fn play_session<T: Transport>(
         };
         let active = ph.active.load(Ordering::SeqCst);
         let sent = Instant::now();
-        let result = sh
-            .client
-            .send_turn(Bytes::from(body), cfg.stream, &opts)
-            .await;
+        sh.emit(RunEvent::TurnSent {
+            session_id: &sess.id,
+            turn_index: turn.index,
+        });
+        let result = tokio::select! {
+            r = sh.client.send_turn(Bytes::from(body), cfg.stream, &opts) => r,
+            () = sh.cancel.aborted() => Err(bench_transport::Error::new(
+                ErrorKind::Cancelled,
+                "the run was aborted while the turn was in flight",
+            )),
+        };
         let end = Instant::now();
         busy += end.duration_since(sent);
         played += 1;

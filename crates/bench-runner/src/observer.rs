@@ -23,6 +23,22 @@ pub enum RunEvent<'a> {
     },
     /// A phase began: the warmup (only with `warmup_sessions`), then the measured run.
     Phase(Phase),
+    /// A session play began (before its first turn or tool wait).
+    SessionStarted {
+        /// Session id.
+        session_id: &'a str,
+        /// Which play of the session.
+        replay: u32,
+        /// Part of the warmup.
+        warmup: bool,
+    },
+    /// A turn's request is about to be sent.
+    TurnSent {
+        /// Session id.
+        session_id: &'a str,
+        /// Its index in the session.
+        turn_index: u32,
+    },
     /// A turn finished (ok or not). Delivered before the session's next turn is sent.
     TurnFinished(&'a TurnRecord),
     /// A session play ended.

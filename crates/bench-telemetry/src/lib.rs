@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+pub mod health;
 pub mod summary;
 
 pub use summary::{Scrape, ServerSummary, summarize};

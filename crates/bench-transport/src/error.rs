@@ -25,6 +25,8 @@ pub enum ErrorKind {
     Incomplete,
     /// The server reported an error inside a successful (HTTP 200) response.
     Server,
+    /// The caller abandoned the request (e.g. a second Ctrl-C).
+    Cancelled,
 }
 
 impl ErrorKind {
@@ -40,6 +42,7 @@ impl ErrorKind {
             ErrorKind::MalformedJson => "malformed_json",
             ErrorKind::Incomplete => "incomplete_stream",
             ErrorKind::Server => "server_error",
+            ErrorKind::Cancelled => "cancelled",
         }
     }
 }

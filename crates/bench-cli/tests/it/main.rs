@@ -4,6 +4,7 @@
 mod journeys;
 mod probe;
 mod run;
+mod status;
 mod workload;
 
 use std::io::{BufRead, BufReader, Read, Write};

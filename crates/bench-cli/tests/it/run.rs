@@ -472,3 +472,101 @@ fn output_appends_a_line_per_run_and_csv_has_a_row_per_turn() {
     assert_eq!(it.count(), 6);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Starts a slow embedded-simulator run (1.2 s turns) in a child process.
+fn slow_run(dir: &std::path::Path) -> std::process::Child {
+    crate::bench()
+        .args([
+            "run",
+            "--sim-ttft-ms",
+            "200",
+            "--sim-itl-ms",
+            "50",
+            "--tokenizer",
+            "none",
+            "--dataset",
+            "random",
+            "--turns",
+            "3",
+            "--output-len",
+            "20",
+            "--num-sessions",
+            "8",
+            "-c",
+            "4",
+            "--run-dir",
+            dir.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn turns_started(dir: &std::path::Path) -> bool {
+    std::fs::read_to_string(dir.join("events.jsonl")).is_ok_and(|e| e.contains("\"measuring\""))
+}
+
+fn term(child: &std::process::Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+}
+
+#[test]
+fn a_signal_stops_dispatching_and_lets_turns_in_flight_finish_a_second_cuts_them() {
+    let _serial = serial();
+    for twice in [false, true] {
+        let dir = tempdir(if twice { "sig2" } else { "sig1" });
+        let child = slow_run(&dir);
+        while !turns_started(&dir) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500)); // turns are in flight
+        term(&child);
+        if twice {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            term(&child);
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+        let stopped = events
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|e| e["event"] == "run.stopped")
+            .unwrap_or_else(|| panic!("no run.stopped in {events}"));
+        assert_eq!(stopped["by"], "signal", "{events}");
+        let result: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap())
+                .unwrap();
+        let turns: Vec<Value> = std::fs::read_to_string(dir.join("turns.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        // Fewer than the 24 planned turns were played.
+        assert!(turns.len() < 24, "{}", turns.len());
+        let cut = turns
+            .iter()
+            .filter(|t| t["error_kind"] == "cancelled")
+            .count();
+        if twice {
+            // The 4 turns in flight were cut and recorded; the exit code says turns failed.
+            assert_eq!(cut, 4, "{stderr}");
+            assert_eq!(result["summary"]["errors_by_kind"]["cancelled"], 4);
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+        } else {
+            // The 4 turns in flight finished ok within the grace period.
+            assert_eq!(cut, 0, "{stderr}");
+            assert!(turns.iter().all(|t| t["status"] == "ok"));
+            assert_eq!(
+                result["summary"]["turns_ok"].as_u64().unwrap() as usize,
+                turns.len()
+            );
+            assert!(out.status.success(), "{stderr}");
+        }
+        assert!(stderr.contains("bench run: stopping"), "{stderr}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,80 @@
+//! `bench status` over real run directories.
+
+use serde_json::Value;
+
+use crate::{run, serial};
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("bench-cli-status-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn a_finished_run_is_stopped_by_completed_and_its_process_gone() {
+    let _serial = serial();
+    let dir = tempdir("finished");
+    let run_dir = dir.join("run");
+    let out = run(&[
+        "run",
+        "--sim-instant",
+        "-c",
+        "2",
+        "--tokenizer",
+        "none",
+        "--dataset",
+        "random",
+        "--turns",
+        "2",
+        "--num-sessions",
+        "3",
+        "--quiet",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = run(&["status", run_dir.to_str().unwrap(), "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["stopped"]["by"], "completed", "{s}");
+    assert_eq!(s["process"], "gone", "{s}");
+    assert_eq!(s["crashed"], false, "{s}");
+    assert_eq!(s["stalled"], false, "{s}");
+    assert_eq!(s["phase"], Value::Null, "{s}");
+    assert_eq!(s["time_left_s"], Value::Null, "{s}");
+    assert_eq!(s["turns_planned"], 6, "{s}");
+    assert_eq!(s["turns_done"], s["turns_planned"], "{s}");
+    assert_eq!(s["sessions_done"], 3, "{s}");
+    assert_eq!(s["sessions_planned"], 3, "{s}");
+    assert!(s["tokens"]["input"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["tokens"]["output"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["torn_lines"], 0, "{s}");
+
+    // The text form says the same in a few lines.
+    let out = run(&["status", run_dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("stopped by completed"), "{text}");
+    assert!(text.contains("6/6 (100.0%)"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_missing_run_directory_is_exit_2_naming_it() {
+    let dir = tempdir("missing").join("nowhere");
+    let out = run(&["status", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(dir.to_str().unwrap()), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
