@@ -84,8 +84,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     eprintln!("xtask bench: {} {}", bench.display(), ARGS.join(" "));
     let status = cmd.status().context("cannot run bench")?;
-    print_markdown(&markdown);
     if update {
+        // (With a baseline, bench prints the comparison itself.)
+        print_markdown(&markdown);
         if !status.success() {
             bail!("the run failed ({status}); the baseline was not updated");
         }
