@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::CliError;
 
 /// A server family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// vLLM (`owned_by: "vllm"`, `vllm:` metrics).

@@ -10,6 +10,7 @@ pub mod journeys;
 pub mod lifecycle;
 pub mod output;
 pub mod progress;
+pub mod resume;
 pub mod run;
 pub mod scrape;
 pub mod status;
@@ -53,10 +54,14 @@ pub enum Command {
     Probe(ProbeArgs),
     /// Replay a workload against a server (or the embedded simulator) and report its metrics.
     ///
-    /// Exactly --concurrency sessions play at once, turn by turn; a finished session's slot is
-    /// refilled at once. Records go to the run directory (turns.jsonl, sessions.jsonl,
-    /// events.jsonl, run.json, result.json). Exit codes: 0 ok, 1 more turns failed than
-    /// --max-error-rate allows (or the run failed), 2 bad usage or input.
+    /// Closed loop (default): exactly --concurrency sessions play at once, turn by turn; a
+    /// finished session's slot is refilled at once. Open loop (--rate): sessions start on a
+    /// Poisson or constant schedule whatever the server's speed (--concurrency then caps them).
+    /// Records go to the run directory (run.json, events.jsonl, turns.jsonl, sessions.jsonl,
+    /// scrapes.jsonl, result.json), each turn's record before its session's next turn is sent;
+    /// `bench run --resume RUN_DIR` finishes a run that crashed or was stopped. Exit codes: 0
+    /// ok, 1 more turns failed than --max-error-rate allows (or the run failed), 2 bad usage or
+    /// input.
     Run(Box<run::RunCmd>),
     /// Build a workload plan from a dataset and summarize it: sessions, turns, tokens, peak
     /// context, system prompt, tool waits and an estimate of wall time.

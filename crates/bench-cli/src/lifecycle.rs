@@ -15,20 +15,15 @@ pub fn host() -> String {
 }
 
 /// When process `pid` started (RFC 3339 UTC), from `/proc/<pid>/stat` and the boot time in
-/// `/proc/stat`; `None` off Linux or when unreadable. Whole seconds: the kernel counts in
-/// clock ticks (1/100 s) from a boot time given in seconds.
+/// `/proc/stat` (the reading `bench status` compares it with); `None` off Linux or when
+/// unreadable. The kernel counts clock ticks (1/100 s) from a boot time in whole seconds.
 pub fn process_start_utc(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let ticks: u64 = rest.split_whitespace().nth(19)?.parse().ok()?;
-    let btime: i64 = std::fs::read_to_string("/proc/stat")
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())?;
-    let at = time::OffsetDateTime::from_unix_timestamp(btime + (ticks / 100) as i64).ok()?;
-    at.format(&time::format_description::well_known::Rfc3339)
-        .ok()
+    match bench_telemetry::health::process_liveness(pid) {
+        bench_telemetry::health::Liveness::Alive { started } => started
+            .format(&time::format_description::well_known::Rfc3339)
+            .ok(),
+        _ => None,
+    }
 }
 
 /// Counts what the heartbeat reports.

@@ -13,13 +13,16 @@ use bench_sim::SimConfig;
 use bench_transport::{Client, ClientConfig};
 use clap::{Args, ValueEnum};
 use http::HeaderName;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::workload::{PlanArgs, plan_error, plan_progress};
 use crate::{CliError, SimModelArgs, out};
 
 /// What joins the conversation after each turn.
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ContentModeArg {
     /// The recorded assistant text (reproducible across engines).
     Trace,
@@ -28,7 +31,8 @@ pub enum ContentModeArg {
 }
 
 /// How open-loop sessions are spaced.
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ArrivalArg {
     /// Exponential gaps (a Poisson process), seeded by --seed.
     Poisson,
@@ -36,9 +40,18 @@ pub enum ArrivalArg {
     Constant,
 }
 
-/// `bench run` flags.
-#[derive(Debug, Clone, Args)]
+/// `bench run` flags. They are recorded in `run.json` (`args`; header values never are) so
+/// that `--resume` replays the same plan with the same settings.
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct RunCmd {
+    /// Finish the run in RUN_DIR that crashed or was stopped, with the configuration recorded
+    /// in its run.json: finished sessions are kept, partly played ones are played again from
+    /// their first turn (their earlier records are marked `superseded`), and result.json counts
+    /// each planned session once. Only --header (header values are never recorded), -q,
+    /// --json and --progress-interval may be given with it.
+    #[arg(long, value_name = "RUN_DIR")]
+    #[serde(skip)]
+    pub resume: Option<PathBuf>,
     /// Server to benchmark (http:// only). Without it, the embedded simulator is started.
     #[arg(long, env = "BENCH_BASE_URL")]
     pub base_url: Option<String>,
@@ -107,8 +120,9 @@ pub struct RunCmd {
     /// JSON object merged into every request body last.
     #[arg(long, value_name = "JSON")]
     pub extra_request_body: Option<String>,
-    /// Extra request header, `K=V` (repeatable).
+    /// Extra request header, `K=V` (repeatable). Only the names are recorded in run.json.
     #[arg(long = "header", value_name = "K=V")]
+    #[serde(skip)]
     pub headers: Vec<String>,
     /// Send each session's id in this header (a stable routing key for routers).
     #[arg(long, value_name = "HEADER")]
@@ -164,7 +178,7 @@ pub struct RunCmd {
 }
 
 /// The embedded simulator's model, for `bench run` without `--base-url` (see `bench sim --help`).
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 #[command(next_help_heading = "Embedded simulator (without --base-url)")]
 pub struct EmbeddedSimArgs {
     /// Fixed TTFT in ms (with --sim-itl-ms).
@@ -294,8 +308,16 @@ impl bench_runner::Observer for Events {
 /// How often `events.jsonl` gets a `heartbeat`.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 
-/// Runs `bench run`.
+/// Runs `bench run` (or, with `--resume`, finishes an earlier one).
 pub async fn run_run(args: RunCmd) -> Result<(), CliError> {
+    let (args, mut resume) = match &args.resume {
+        Some(dir) => {
+            let (merged, run_json) = crate::resume::load_args(&args)?;
+            let r = crate::resume::read(dir, run_json)?;
+            (merged, Some(r))
+        }
+        None => (args, None),
+    };
     if !(0.0..=1.0).contains(&args.steady_frac) {
         return Err(CliError::Usage("--steady-frac must be within 0..1".into()));
     }
@@ -327,12 +349,16 @@ pub async fn run_run(args: RunCmd) -> Result<(), CliError> {
     let headers = crate::parse_headers(&args.headers)?;
     let mut pcfg = args.plan.to_config()?;
     pcfg.progress = Some(plan_progress());
-    let plan = Arc::new(
-        tokio::task::spawn_blocking(move || bench_workload::plan::build_plan(pcfg))
-            .await
-            .map_err(|e| CliError::Failed(format!("planning failed: {e}")))?
-            .map_err(plan_error)?,
-    );
+    let mut plan = tokio::task::spawn_blocking(move || bench_workload::plan::build_plan(pcfg))
+        .await
+        .map_err(|e| CliError::Failed(format!("planning failed: {e}")))?
+        .map_err(plan_error)?;
+    if let Some(r) = &resume {
+        // The same plan, less the sessions already finished.
+        r.check_plan(plan.summary.sessions, plan.summary.turns)?;
+        plan.sessions.retain(|s| !r.kept_ids.contains(&*s.id));
+    }
+    let plan = Arc::new(plan);
 
     // The server: given, or the embedded simulator.
     let (embedded, base_url) = crate::server_or_embedded(
@@ -349,6 +375,7 @@ pub async fn run_run(args: RunCmd) -> Result<(), CliError> {
         extra_body,
         slo,
         embedded.is_some(),
+        resume.as_mut(),
     )
     .await;
     if let Some(s) = embedded {
@@ -366,7 +393,9 @@ async fn replay(
     extra_body: serde_json::Map<String, serde_json::Value>,
     slo: Option<Slo>,
     embedded: bool,
+    mut resume: Option<&mut crate::resume::Resume>,
 ) -> Result<(), CliError> {
+    let header_names = crate::resume::header_names(&headers);
     let mut ccfg = ClientConfig::new(base_url);
     ccfg.headers = headers;
     ccfg.timeout = args.turn_timeout;
@@ -456,40 +485,80 @@ async fn replay(
         let path = crate::backend::flush_cache(&client, backend).await?;
         eprintln!("bench run: prefix cache flushed (POST {path})");
     }
-    let config_json = serde_json::json!({
-        "base_url": client.base_url(),
-        "embedded_simulator": embedded,
-        "backend": backend,
-        "backend_detected": detected,
-        "flush_cache": args.flush_cache,
-        "run": cfg,
-        "plan": plan.summary,
-        "tool_version": env!("CARGO_PKG_VERSION"),
-        "pid": std::process::id(),
-        "auth": bench_transport::Auth::from_env().describe(),
-    });
-    write_json(&dir.join("run.json"), &config_json)?;
+    let config_json = match resume.as_deref_mut() {
+        // A resumed run keeps its run.json; its records now say what is kept.
+        Some(r) => {
+            r.apply()?;
+            if !r.replay_warmup {
+                cfg.warmup_sessions = 0;
+            }
+            cfg.time_origin_s = r.time_origin_s;
+            for line in &r.repairs {
+                eprintln!("warning: {line}");
+            }
+            eprintln!(
+                "bench run: resuming {}: {} sessions kept, {} played again from their first \
+                 turn ({} turn records superseded){}",
+                dir.display(),
+                r.kept_ids.len(),
+                r.restarted,
+                r.superseded_turns,
+                if r.replay_warmup {
+                    "; the warmup is played again"
+                } else {
+                    ""
+                }
+            );
+            r.run_json.clone()
+        }
+        None => {
+            let c = serde_json::json!({
+                "base_url": client.base_url(),
+                "embedded_simulator": embedded,
+                "backend": backend,
+                "backend_detected": detected,
+                "flush_cache": args.flush_cache,
+                "run": cfg,
+                "plan": plan.summary,
+                "tool_version": env!("CARGO_PKG_VERSION"),
+                "pid": std::process::id(),
+                "auth": bench_transport::Auth::from_env().describe(),
+                "args": crate::resume::recordable(args),
+                "header_names": header_names,
+            });
+            write_json(&dir.join("run.json"), &c)?;
+            c
+        }
+    };
     let events_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("events.jsonl"))
         .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", dir.display())))?;
     let events = Arc::new(Events(std::sync::Mutex::new(events_file)));
-    events.emit(
-        "run.started",
-        serde_json::json!({
-            "pid": std::process::id(),
-            "host": crate::lifecycle::host(),
-            "process_start_utc": crate::lifecycle::process_start_utc(std::process::id()),
-            "sessions_planned": plan.summary.sessions,
-            "turns_planned": plan.summary.turns,
-            "concurrency": cfg.concurrency,
-            "rate": cfg.arrival.map(|a| a.rate),
-            "warmup_sessions": cfg.warmup_sessions,
-            "duration_s": cfg.duration.map(|d| d.as_secs_f64()),
-            "max_duration_s": cfg.max_duration.map(|d| d.as_secs_f64()),
-        }),
-    );
+    let mut opened = serde_json::json!({
+        "pid": std::process::id(),
+        "host": crate::lifecycle::host(),
+        "process_start_utc": crate::lifecycle::process_start_utc(std::process::id()),
+        "sessions_planned": plan.summary.sessions,
+        "turns_planned": plan.summary.turns,
+        "concurrency": cfg.concurrency,
+        "rate": cfg.arrival.map(|a| a.rate),
+        "warmup_sessions": cfg.warmup_sessions,
+        "duration_s": cfg.duration.map(|d| d.as_secs_f64()),
+        "max_duration_s": cfg.max_duration.map(|d| d.as_secs_f64()),
+    });
+    match resume.as_deref() {
+        Some(r) => {
+            if let (Some(o), Value::Object(extra)) = (opened.as_object_mut(), r.event_fields()) {
+                o.extend(extra);
+            }
+            events.emit("run.resumed", opened);
+        }
+        None => events.emit("run.started", opened),
+    }
+    // What this process plays (a resumed run: the sessions not kept).
+    let turns_to_play: u64 = plan.sessions.iter().map(|s| s.turns.len() as u64).sum();
     let writer = Arc::new(
         RunDirWriter::create(&dir)
             .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", dir.display())))?,
@@ -504,8 +573,8 @@ async fn replay(
     };
     eprintln!(
         "bench run: {} sessions ({} turns) at {load} against {} [{}]{} → {}",
-        plan.summary.sessions,
-        plan.summary.turns,
+        plan.sessions.len(),
+        turns_to_play,
         client.base_url(),
         backend.name(),
         if embedded {
@@ -526,7 +595,7 @@ async fn replay(
     let base_url = client.base_url().to_owned();
     let start_utc = crate::output::utc_now();
     let progress = Arc::new(crate::progress::Progress::start(
-        cfg.duration.is_none().then_some(plan.summary.turns),
+        cfg.duration.is_none().then_some(turns_to_play),
         concurrency,
         [cfg.duration, cfg.max_duration].into_iter().flatten().min(),
         args.progress_interval,
@@ -555,7 +624,7 @@ async fn replay(
             .await,
         )
     };
-    let outcome = bench_runner::run(
+    let mut outcome = bench_runner::run(
         plan,
         client,
         cfg.clone(),
@@ -576,28 +645,33 @@ async fn replay(
     };
     sig.abort();
     heartbeat.abort();
-    let by = match outcome.stopped_by {
-        StopReason::Exhausted => "completed",
-        StopReason::Duration => "duration",
-        StopReason::MaxDuration => "max_duration",
-        StopReason::Cancelled => "signal",
+    // The run's records: those an earlier segment kept, then this process's.
+    let (mut turns, mut sessions) = match resume.as_deref() {
+        Some(r) => r.kept_records()?,
+        None => (Vec::new(), Vec::new()),
     };
+    turns.append(&mut outcome.turns);
+    turns.sort_by(|a, b| a.end_s.total_cmp(&b.end_s));
+    sessions.append(&mut outcome.sessions);
+    let elapsed_s =
+        resume.as_deref().map_or(0.0, |r| r.prior_measured_s) + outcome.elapsed.as_secs_f64();
+    let (by, reason) = stop_reason(&outcome, &cfg, &sessions);
     events.emit(
         "run.stopped",
-        serde_json::json!({"by": by, "reason": format!("{:?}", outcome.stopped_by)}),
+        serde_json::json!({"by": by, "reason": reason}),
     );
     let info = RunInfo {
         concurrency,
         steady_frac: args.steady_frac,
-        duration_s: outcome.elapsed.as_secs_f64(),
+        duration_s: elapsed_s,
         slo,
         config: config_json,
         open_loop: args.rate.is_some(),
     };
-    let mut result = bench_report::compute(&outcome.turns, &outcome.sessions, &info);
+    let mut result = bench_report::compute(&turns, &sessions, &info);
     if scrapes
         .iter()
-        .any(|s| s.phase == "measuring" || s.phase == "final")
+        .any(|s| matches!(s.phase.as_str(), "measuring" | "draining" | "final"))
     {
         result.server =
             serde_json::to_value(bench_telemetry::summarize(&scrapes)).unwrap_or_default();
@@ -612,13 +686,13 @@ async fn replay(
             concurrency,
             rate: args.rate,
             duration_s: args.duration.map(|d| d.as_secs_f64()),
-            elapsed_s: outcome.elapsed.as_secs_f64(),
+            elapsed_s,
             stopped_by: by.to_string(),
         };
         crate::output::append_result_line(path, &crate::output::result_line(&result, &ctx))?;
     }
     if let Some(path) = &args.csv {
-        crate::output::write_turns_csv(path, &outcome.turns)?;
+        crate::output::write_turns_csv(path, &turns)?;
     }
     for e in writer.errors() {
         eprintln!("warning: {e}");
@@ -639,9 +713,8 @@ async fn replay(
             outcome.task_failures.join("; ")
         )));
     }
-    let total = outcome.turns.len();
-    let failed = outcome
-        .turns
+    let total = turns.len();
+    let failed = turns
         .iter()
         .filter(|t| t.status != bench_report::record::TurnStatus::Ok)
         .count();
@@ -657,6 +730,72 @@ async fn replay(
         )));
     }
     Ok(())
+}
+
+/// `run.stopped`'s `by` and `reason`. `completed`: the pool was played and every measured
+/// session reached its last turn (failed turns included); `exhausted`: the pool was played but
+/// some sessions ended early (context guard or session timeout); `error`: a replay task failed.
+fn stop_reason(
+    outcome: &bench_runner::RunOutcome,
+    cfg: &bench_runner::RunConfig,
+    sessions: &[bench_report::record::SessionRecord],
+) -> (&'static str, String) {
+    use bench_report::record::SessionStatus;
+    if let Some(first) = outcome.task_failures.first() {
+        return (
+            "error",
+            format!(
+                "{} replay task(s) failed: {first}",
+                outcome.task_failures.len()
+            ),
+        );
+    }
+    match outcome.stopped_by {
+        StopReason::Exhausted => {
+            let measured = sessions.iter().filter(|s| !s.warmup);
+            let early = measured
+                .clone()
+                .filter(|s| {
+                    matches!(
+                        s.status,
+                        SessionStatus::ContextGuard | SessionStatus::Timeout
+                    )
+                })
+                .count();
+            let n = measured.count();
+            if early == 0 {
+                ("completed", format!("all {n} planned sessions were played"))
+            } else {
+                (
+                    "exhausted",
+                    format!(
+                        "the pool was played; {early} of {n} sessions ended early (context \
+                         guard or session timeout)"
+                    ),
+                )
+            }
+        }
+        StopReason::Duration => (
+            "duration",
+            format!(
+                "--duration {:?} passed; sessions in flight stopped at a turn boundary",
+                cfg.duration.unwrap_or_default()
+            ),
+        ),
+        StopReason::MaxDuration => (
+            "max_duration",
+            format!(
+                "the --max-duration fuse ({:?}) blew; turns in flight were cut",
+                cfg.max_duration.unwrap_or_default()
+            ),
+        ),
+        StopReason::Cancelled => (
+            "signal",
+            "SIGINT or SIGTERM: no new turn was sent; turns in flight finished or were cut \
+             after the grace period"
+                .to_owned(),
+        ),
+    }
 }
 
 /// Waits (up to 60 s) for `GET /v1/models` to answer 200; returns its JSON.

@@ -23,6 +23,7 @@ impl PhaseTracker {
         match self.0.load(Ordering::Relaxed) {
             1 => "warmup",
             2 => "measuring",
+            3 => "draining",
             _ => "baseline",
         }
     }
@@ -34,6 +35,7 @@ impl Observer for PhaseTracker {
             let v = match p {
                 Phase::Warmup => 1,
                 Phase::Measuring => 2,
+                Phase::Draining => 3,
             };
             self.0.store(v, Ordering::Relaxed);
         }

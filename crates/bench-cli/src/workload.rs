@@ -16,8 +16,9 @@ use clap::Args;
 
 use crate::{CliError, out};
 
-/// Dataset selection and shaping flags (shared by `bench plan` and, later, `bench run`).
-#[derive(Debug, Clone, Args)]
+/// Dataset selection and shaping flags (shared by `bench plan` and `bench run`; recorded in a
+/// run's `run.json` for `--resume`).
+#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
 pub struct PlanArgs {
     /// Sessions: `sample` (the bundled sample), `random` (synthetic, see --turns ...), or a
     /// native trace: a .jsonl / .jsonl.zst / .json file or a directory of them.

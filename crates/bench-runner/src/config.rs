@@ -88,6 +88,10 @@ pub struct RunConfig {
     /// Response header naming the worker that served a turn.
     #[serde(skip)]
     pub worker_header: Option<HeaderName>,
+    /// Where this run's clock starts, in seconds: every record's `*_s` offset adds it. A resumed
+    /// run sets it to where its predecessor's records end, so one run directory keeps one
+    /// timeline.
+    pub time_origin_s: f64,
 }
 
 impl RunConfig {
@@ -117,6 +121,7 @@ impl RunConfig {
             extra_body: serde_json::Map::new(),
             routing_header: None,
             worker_header: None,
+            time_origin_s: 0.0,
         }
     }
 

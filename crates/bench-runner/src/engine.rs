@@ -165,11 +165,20 @@ struct PhaseState {
     deadline: Option<Instant>,
     next: AtomicUsize,
     active: AtomicU32,
+    /// Whether [`Phase::Draining`] was announced.
+    draining: AtomicBool,
 }
 
 impl<T: Transport> Shared<T> {
     fn offset_s(&self, t: Instant) -> f64 {
-        t.saturating_duration_since(self.start).as_secs_f64()
+        self.cfg.time_origin_s + t.saturating_duration_since(self.start).as_secs_f64()
+    }
+
+    /// The measured phase starts no further session or turn: tell the observers, once.
+    fn drain(&self, ph: &PhaseState) {
+        if !ph.warmup && !ph.draining.swap(true, Ordering::SeqCst) {
+            self.emit(RunEvent::Phase(Phase::Draining));
+        }
     }
 
     fn utc(&self, t: Instant) -> String {
@@ -295,6 +304,7 @@ pub async fn run<T: Transport>(
             deadline: None,
             next: AtomicUsize::new(0),
             active: AtomicU32::new(0),
+            draining: AtomicBool::new(false),
         });
         let c = shared.cfg.concurrency.max(1).min(n_warm as u32);
         closed_loop(&shared, &ph, c).await;
@@ -311,6 +321,7 @@ pub async fn run<T: Transport>(
             deadline: shared.cfg.duration.map(|d| measure_start + d),
             next: AtomicUsize::new(0),
             active: AtomicU32::new(0),
+            draining: AtomicBool::new(false),
         });
         match shared.cfg.arrival {
             Some(a) => not_started = open_loop(&shared, &ph, a).await,
@@ -372,6 +383,7 @@ async fn closed_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, c:
                     ph.next_session()
                 };
                 if next.is_none() {
+                    sh.drain(&ph);
                     ph.active.fetch_sub(1, Ordering::SeqCst);
                 }
             }
@@ -451,6 +463,7 @@ async fn open_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, a: A
             note_failure(sh, r);
         }
     }
+    sh.drain(ph);
     join_all(sh, tasks).await;
     not_started.load(Ordering::SeqCst) as u64
 }
@@ -531,6 +544,7 @@ async fn play_session<T: Transport>(
         }
         let now = Instant::now();
         if sh.stop_now(ph, now).is_some() {
+            sh.drain(ph);
             status = SessionStatus::Truncated;
             break;
         }

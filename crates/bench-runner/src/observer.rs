@@ -21,7 +21,8 @@ pub enum RunEvent<'a> {
         /// Sessions in the pool.
         sessions: usize,
     },
-    /// A phase began: the warmup (only with `warmup_sessions`), then the measured run.
+    /// A phase began: the warmup (only with `warmup_sessions`), then the measured run, then
+    /// its drain (at most once each).
     Phase(Phase),
     /// A session play began (before its first turn or tool wait).
     SessionStarted {
@@ -58,6 +59,9 @@ pub enum Phase {
     Warmup,
     /// The measured run.
     Measuring,
+    /// The measured run stopped starting sessions or turns (the pool is used up, the
+    /// duration passed, or the run was cancelled); turns in flight finish.
+    Draining,
 }
 
 /// Receives run events. Called on the engine's tasks: keep it quick.

@@ -66,13 +66,13 @@ fn delta(
     Some(if e >= s { e - s } else { e })
 }
 
-/// Summarizes the measured run: gauges over the scrapes of phase `measuring` and `final`;
-/// counters as the increase from the last scrape before measuring (the baseline, or the end
-/// of the warmup) to the last scrape.
+/// Summarizes the measured run: gauges over the scrapes of phase `measuring`, `draining` and
+/// `final`; counters as the increase from the last scrape before measuring (the baseline, or
+/// the end of the warmup) to the last scrape.
 pub fn summarize(scrapes: &[Scrape]) -> ServerSummary {
     let measured: Vec<&Scrape> = scrapes
         .iter()
-        .filter(|s| s.phase == "measuring" || s.phase == "final")
+        .filter(|s| matches!(s.phase.as_str(), "measuring" | "draining" | "final"))
         .collect();
     let Some(last) = measured.last() else {
         return ServerSummary::default();

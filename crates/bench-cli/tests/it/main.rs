@@ -3,6 +3,7 @@
 
 mod journeys;
 mod probe;
+mod resume;
 mod run;
 mod status;
 mod workload;

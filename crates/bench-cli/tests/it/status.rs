@@ -78,3 +78,49 @@ fn a_missing_run_directory_is_exit_2_naming_it() {
     assert!(stderr.contains(dir.to_str().unwrap()), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+#[test]
+fn a_run_whose_sessions_end_early_stops_by_exhausted() {
+    let dir = tempdir("exhausted");
+    let run_dir = dir.join("run");
+    // The context guard ends every session before the turn that would not fit the window.
+    let out = run(&[
+        "run",
+        "--sim-instant",
+        "-c",
+        "2",
+        "--tokenizer",
+        "none",
+        "--dataset",
+        "random",
+        "--turns",
+        "6",
+        "--num-sessions",
+        "3",
+        "--max-model-len",
+        "1500",
+        "--quiet",
+        "--json",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["summary"]["sessions_context_guard"], 3, "{result}");
+    let s: Value =
+        serde_json::from_slice(&run(&["status", run_dir.to_str().unwrap(), "--json"]).stdout)
+            .unwrap();
+    assert_eq!(s["stopped"]["by"], "exhausted", "{s}");
+    assert!(
+        s["stopped"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("3 of 3 sessions ended early"),
+        "{s}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

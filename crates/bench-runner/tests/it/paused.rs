@@ -982,10 +982,97 @@ async fn warmup_plays_cut_marked_sessions_first_then_the_whole_pool() {
     );
     assert!(ev[m + 1..ev.len() - 1].iter().all(|e| matches!(
         e,
-        Ev::Turn { warmup: false } | Ev::Session { warmup: false }
+        Ev::Turn { warmup: false } | Ev::Session { warmup: false } | Ev::Phase(Phase::Draining)
     )));
-    assert_eq!(ev.len(), m + 1 + 30 + 3 + 1);
+    // The warmup never drains; the measured phase does, once.
+    let drains = ev
+        .iter()
+        .filter(|e| matches!(e, Ev::Phase(Phase::Draining)));
+    assert_eq!(drains.count(), 1);
+    assert_eq!(ev.len(), m + 1 + 30 + 3 + 1 + 1);
     assert_eq!(ev.last(), Some(&Ev::Stopped(StopReason::Exhausted)));
+}
+
+/// When each phase event came, from the start of the run.
+#[derive(Default)]
+struct PhaseTimes(Mutex<Vec<(Phase, Duration)>>, Mutex<Option<Instant>>);
+
+impl Observer for PhaseTimes {
+    fn on_event(&self, e: &RunEvent<'_>) {
+        let mut t0 = self.1.lock().unwrap();
+        let t0 = *t0.get_or_insert_with(Instant::now);
+        if let RunEvent::Phase(p) = e {
+            self.0.lock().unwrap().push((*p, t0.elapsed()));
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_run_drains_once_when_it_starts_no_further_session_or_turn() {
+    // Pool used up: 3 sessions of 2 turns at C = 2 and 100 ms a turn. At 200 ms one worker
+    // takes the last session and the other finds none: draining, while s2 plays to 400 ms.
+    let fake = Fake::uniform(100);
+    let times = Arc::new(PhaseTimes::default());
+    let cfg = RunConfig::new("fake", 2);
+    let out = run(
+        plan(sessions(3, 2)),
+        fake.clone(),
+        cfg,
+        vec![times.clone()],
+        CancelToken::new(),
+    )
+    .await;
+    assert_eq!(out.elapsed, ms(400));
+    let t = times.0.lock().unwrap().clone();
+    assert_eq!(
+        t,
+        vec![(Phase::Measuring, ms(0)), (Phase::Draining, ms(200))]
+    );
+
+    // Duration: plays of 300 ms loop until the 1050 ms deadline; the first turn boundary
+    // after it (1100 ms) starts nothing more.
+    let times = Arc::new(PhaseTimes::default());
+    let mut cfg = RunConfig::new("fake", 2);
+    cfg.duration = Some(ms(1050));
+    run(
+        plan(sessions(2, 3)),
+        fake.clone(),
+        cfg,
+        vec![times.clone()],
+        CancelToken::new(),
+    )
+    .await;
+    let t = times.0.lock().unwrap().clone();
+    assert_eq!(t.len(), 2);
+    assert_eq!(t[1], (Phase::Draining, ms(1100)));
+
+    // A cancel at 150 ms: the turns in flight end at 200 ms, where the sessions stop.
+    let times = Arc::new(PhaseTimes::default());
+    run(
+        plan(sessions(4, 3)),
+        fake,
+        RunConfig::new("fake", 2),
+        vec![times.clone()],
+        cancel_at(ms(150)),
+    )
+    .await;
+    let t = times.0.lock().unwrap().clone();
+    assert_eq!(t.len(), 2);
+    assert_eq!(t[1], (Phase::Draining, ms(200)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_time_origin_shifts_every_record_offset() {
+    let fake = Fake::uniform(100);
+    let mut cfg = RunConfig::new("fake", 1);
+    cfg.time_origin_s = 42.0;
+    let out = play(sessions(1, 2), &fake, cfg).await;
+    let t = turns_of(&out, "s0");
+    assert_s(t[0].sent_s, 42_000.0);
+    assert_s(t[0].end_s, 42_100.0);
+    assert_s(t[1].due_s, 42_100.0);
+    assert_s(out.sessions[0].start_s, 42_000.0);
+    assert_s(out.sessions[0].end_s, 42_200.0);
 }
 
 #[tokio::test(start_paused = true)]
