@@ -346,6 +346,8 @@ fn transport_error(e: bench_transport::Error) -> CliError {
 
 /// Runs `bench sim` until Ctrl-C (or SIGTERM).
 pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
+    // Every client connection is a descriptor: allow as many as the hard limit does.
+    lifecycle::ensure_open_files(None, "bench sim")?;
     let mut config = args
         .sim
         .to_config(

@@ -26,6 +26,26 @@ pub fn process_start_utc(pid: u32) -> Option<String> {
     }
 }
 
+/// Raises this process's open-files limit (the soft limit, up to the hard one) so that `need`
+/// descriptors fit; `None` raises it as far as it goes. Returns the limit now in force. When
+/// `need` cannot fit, the error says how many are needed, the limits, and how to raise them.
+pub fn ensure_open_files(need: Option<u64>, what: &str) -> Result<u64, crate::CliError> {
+    let want = need.unwrap_or(u64::MAX);
+    let lim = rlimit::increase_nofile_limit(want)
+        .map_err(|e| crate::CliError::Failed(format!("cannot raise the open-files limit: {e}")))?;
+    match need {
+        Some(n) if lim < n => {
+            let hard = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(lim, |(_, h)| h);
+            Err(crate::CliError::Usage(format!(
+                "{what} needs about {n} open files, but the limit is {lim} (hard limit {hard}); \
+                 raise the hard limit (`ulimit -Hn {n}` as root, /etc/security/limits.conf, or \
+                 LimitNOFILE= in a systemd unit) or lower the concurrency"
+            )))
+        }
+        _ => Ok(lim),
+    }
+}
+
 /// Counts what the heartbeat reports.
 #[derive(Debug, Default)]
 pub struct Beat {

@@ -345,6 +345,21 @@ pub async fn run_run(args: RunCmd) -> Result<(), CliError> {
         ),
         None => None,
     };
+    // One descriptor per session in flight (two with the embedded simulator, which holds the
+    // other end), plus the run directory's files and some slack. Open loop without a cap:
+    // as many as the hard limit allows.
+    let fds_per_session = if args.base_url.is_none() { 2 } else { 1 };
+    let in_flight = match args.rate {
+        Some(_) => args.plan.concurrency.filter(|&c| c > 0),
+        None => Some(args.plan.concurrency()),
+    };
+    crate::lifecycle::ensure_open_files(
+        in_flight.map(|c| u64::from(c) * fds_per_session + 256),
+        &format!(
+            "bench run with {} sessions in flight",
+            in_flight.map_or_else(|| "unbounded".into(), |c| c.to_string())
+        ),
+    )?;
     let extra_body = crate::parse_extra_body(args.extra_request_body.as_deref())?;
     let headers = crate::parse_headers(&args.headers)?;
     let mut pcfg = args.plan.to_config()?;
@@ -614,6 +629,7 @@ async fn replay(
             crate::scrape::Scraper::start(
                 scrape_client,
                 args.metrics_interval,
+                cfg.time_origin_s,
                 &dir,
                 phase.clone(),
                 move |reason| {

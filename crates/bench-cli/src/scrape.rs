@@ -50,10 +50,12 @@ pub struct Scraper {
 
 impl Scraper {
     /// Takes the baseline scrape now, then scrapes every `interval` in the background.
-    /// `on_disabled` is called once if scraping stops working.
+    /// `on_disabled` is called once if scraping stops working. `t_s` counts from now plus
+    /// `origin_s` (a resumed run's clock continues its predecessor's).
     pub async fn start(
         client: Client,
         interval: Duration,
+        origin_s: f64,
         dir: &Path,
         phase: Arc<PhaseTracker>,
         on_disabled: impl Fn(&str) + Send + 'static,
@@ -68,6 +70,7 @@ impl Scraper {
             client,
             file: file.ok(),
             start,
+            origin_s,
             scrapes: Vec::new(),
             disabled: false,
             on_disabled: Box::new(on_disabled),
@@ -102,6 +105,7 @@ struct Loop {
     client: Client,
     file: Option<std::fs::File>,
     start: Instant,
+    origin_s: f64,
     scrapes: Vec<Scrape>,
     disabled: bool,
     on_disabled: Box<dyn Fn(&str) + Send>,
@@ -112,7 +116,7 @@ impl Loop {
         if self.disabled {
             return;
         }
-        let t_s = self.start.elapsed().as_secs_f64();
+        let t_s = self.origin_s + self.start.elapsed().as_secs_f64();
         let utc = crate::output::utc_now();
         let snapshot = match self
             .client

@@ -570,3 +570,57 @@ fn a_signal_stops_dispatching_and_lets_turns_in_flight_finish_a_second_cuts_them
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// `bench run` under a shell that first sets the open-files limits.
+fn run_with_nofile(limits: &str, args: &[&str]) -> std::process::Output {
+    let bin = env!("CARGO_BIN_EXE_bench");
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{limits} && exec '{bin}' {}", quoted.join(" ")))
+        .env_remove("BENCH_BASE_URL")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_open_files_limit_is_raised_for_the_sessions_in_flight_or_the_error_says_how() {
+    let dir = tempdir("nofile");
+    let base = [
+        "run",
+        "--sim-instant",
+        "--tokenizer",
+        "none",
+        "--dataset",
+        "random",
+        "--turns",
+        "1",
+        "--num-sessions",
+        "300",
+        "-q",
+    ];
+    // A soft limit of 256 under a higher hard one: raised, and 300 sessions play at once.
+    let run_dir = dir.join("raised");
+    let mut args = base.to_vec();
+    args.extend(["-c", "300", "--run-dir", run_dir.to_str().unwrap()]);
+    let out = run_with_nofile("ulimit -Sn 256 && ulimit -Hn 4096", &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A hard limit too low: exit 2 before any turn, one line saying what is needed.
+    let low = dir.join("low");
+    let mut args = base.to_vec();
+    args.extend(["-c", "1000", "--run-dir", low.to_str().unwrap()]);
+    let out = run_with_nofile("ulimit -Sn 512 && ulimit -Hn 512", &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("needs about 2256 open files, but the limit is 512 (hard limit 512)"),
+        "{stderr}"
+    );
+    assert!(!low.join("turns.jsonl").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
