@@ -2,7 +2,9 @@
 //!
 //! * `cargo xtask ci` — the checks `.ci/run` runs: fmt, clippy, docs, tests, the README's main
 //!   command.
-//! * `cargo xtask perf [plan]` — performance scenarios; results in `target/perf/`.
+//! * `cargo xtask perf [SCENARIO...]` — the load scenarios side by side with peers (client,
+//!   http, fidelity, scale, long, sim); `cargo xtask perf plan` — planning. Results in
+//!   `target/perf/`.
 //! * `cargo xtask it llama` — integration test against a real llama.cpp server (needs PyPI).
 //! * `cargo xtask it omnigent` — the `agent-sessions` journey pack against a real Omnigent agent
 //!   server (needs PyPI and Python 3.12).
@@ -13,6 +15,7 @@ mod bench;
 mod ci;
 mod it;
 mod perf;
+mod perf_load;
 
 use std::process::ExitCode;
 
@@ -25,7 +28,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help") | None => {
             println!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci            fmt, clippy, docs, tests and the README's main command\n  perf [plan]   performance scenarios (results in target/perf/)\n  it llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  it omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys\n  bench [--update-baseline]\n                the openai journey pack vs the committed baseline (how CI uses us)"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci            fmt, clippy, docs, tests and the README's main command\n  perf [SCENARIO...]\n                load scenarios with peers: client http fidelity scale long sim\n                (all by default; summary in target/perf/summary.json)\n  perf plan     planning throughput and memory\n  it llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  it omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys\n  bench [--update-baseline]\n                the openai journey pack vs the committed baseline (how CI uses us)"
             );
             Ok(())
         }

@@ -2,6 +2,8 @@
 //! markdown table printed to stdout.
 //!
 //! * `plan` — planning throughput and peak memory on a generated 20,000-session trace.
+//! * the load scenarios (`client`, `http`, `fidelity`, `scale`, `long`, `sim`; all of them when
+//!   none is named) — see `perf_load.rs`.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -161,20 +163,36 @@ fn plan_scenario(n_sessions: u32) -> Result<serde_json::Value> {
     }))
 }
 
-/// `cargo xtask perf [plan [--sessions N]]`.
+/// `cargo xtask perf [plan [--sessions N] | SCENARIO... [--scale-seconds S]]`: without a
+/// scenario, every load scenario of `perf_load` (not `plan`).
 pub fn run(args: &[String]) -> Result<()> {
-    let which = args.first().map(String::as_str).unwrap_or("plan");
-    let sessions = match args.iter().position(|a| a == "--sessions") {
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .context("--sessions needs a number")?,
-        None => 20_000,
+    let value = |flag: &str| -> Result<Option<u64>> {
+        match args.iter().position(|a| a == flag) {
+            Some(i) => Ok(Some(
+                args.get(i + 1)
+                    .and_then(|v| v.parse().ok())
+                    .with_context(|| format!("{flag} needs a number"))?,
+            )),
+            None => Ok(None),
+        }
     };
-    let result = match which {
-        "plan" => plan_scenario(sessions)?,
-        other => bail!("unknown perf scenario {other:?} (known: plan)"),
-    };
+    let sessions = value("--sessions")?.unwrap_or(20_000) as u32;
+    let scale_seconds = value("--scale-seconds")?.unwrap_or(60) as u32;
+    let names: Vec<String> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| {
+            let is_value =
+                *i > 0 && matches!(args[i - 1].as_str(), "--sessions" | "--scale-seconds");
+            !a.starts_with("--") && !is_value
+        })
+        .map(|(_, a)| a.clone())
+        .collect();
+    if names.first().map(String::as_str) != Some("plan") {
+        return crate::perf_load::run(&names, scale_seconds);
+    }
+    let which = "plan";
+    let result = plan_scenario(sessions)?;
     let path = root().join(format!("target/perf/{which}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(&result)?)?;
     println!("| scenario | tokenizer | turns/s | text MB/s | peak RSS | RSS ÷ trace text |");

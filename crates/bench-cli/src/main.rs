@@ -5,6 +5,12 @@ use std::process::ExitCode;
 use bench_cli::{Cli, CliError, Command};
 use clap::Parser;
 
+/// mimalloc: per-turn buffers (request bodies, SSE chunks, records) are allocated and freed at
+/// a high rate on the worker threads; glibc's allocator cost ~10% of the client's CPU in
+/// profiles and gave large bodies fresh pages every turn (docs/performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()

@@ -68,6 +68,10 @@ pub struct RunCmd {
     /// due (`ttft_from_due_ms`), and the dispatch lag shows when the client fell behind.
     #[arg(long, value_name = "SESSIONS_PER_S")]
     pub rate: Option<f64>,
+    /// Closed loop: start the -c sessions evenly over this time (e.g. 5s) instead of all at
+    /// once; turns sent before enough are active fall outside the steady window.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "rate")]
+    pub ramp_up: Option<Duration>,
     /// Spacing of open-loop session starts.
     #[arg(long, value_enum, default_value_t = ArrivalArg::Poisson, requires = "rate")]
     pub arrival: ArrivalArg,
@@ -465,6 +469,7 @@ async fn replay(
         seed: args.plan.seed,
     });
     cfg.warmup_sessions = args.warmup_sessions;
+    cfg.ramp_up = args.ramp_up;
     cfg.return_cached_tokens_details = backend == Backend::Sglang;
     cfg.duration = args.duration;
     cfg.max_duration = args.max_duration;

@@ -49,6 +49,10 @@ pub struct RunConfig {
     pub concurrency: u32,
     /// Open loop: start sessions on this schedule instead of refilling `concurrency` workers.
     pub arrival: Option<Arrival>,
+    /// Closed loop: start the `concurrency` workers evenly over this time instead of all at
+    /// once (no thundering herd of first turns and connections). Turns sent while fewer are
+    /// active fall outside the steady window by its concurrency rule.
+    pub ramp_up: Option<Duration>,
     /// Play the first N sessions of the pool, cut to 3 turns, before the measured run; their
     /// records are marked `warmup` and left out of every metric.
     pub warmup_sessions: u32,
@@ -103,6 +107,7 @@ impl RunConfig {
             model: model.into(),
             concurrency,
             arrival: None,
+            ramp_up: None,
             warmup_sessions: 0,
             duration: None,
             max_duration: None,

@@ -368,11 +368,26 @@ async fn closed_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, c:
     // Every first session is taken and counted before the first worker starts: a worker
     // spawned early could otherwise finish its session and take the next worker's.
     let firsts: Vec<(usize, u32)> = (0..c).map_while(|_| ph.next_session()).collect();
-    ph.active.fetch_add(firsts.len() as u32, Ordering::SeqCst);
+    // With a ramp-up, worker i starts i/C of the way through it and counts itself active then.
+    let ramp = sh.cfg.ramp_up.filter(|r| !r.is_zero() && !ph.warmup);
+    if ramp.is_none() {
+        ph.active.fetch_add(firsts.len() as u32, Ordering::SeqCst);
+    }
+    let t0 = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
-    for first in firsts {
+    for (i, first) in firsts.into_iter().enumerate() {
         let (sh, ph) = (sh.clone(), ph.clone());
         workers.spawn(async move {
+            if let Some(r) = ramp {
+                sh.sleep_until(&ph, t0 + r.mul_f64(i as f64 / f64::from(c)))
+                    .await;
+                ph.active.fetch_add(1, Ordering::SeqCst);
+                if sh.stop_now(&ph, Instant::now()).is_some() {
+                    sh.drain(&ph);
+                    ph.active.fetch_sub(1, Ordering::SeqCst);
+                    return;
+                }
+            }
             let mut next = Some(first);
             while let Some((idx, replay)) = next {
                 let rec = play_session(&sh, &ph, idx, replay, None).await;

@@ -116,12 +116,10 @@ impl SimServer {
             Some(path) => Some(RequestLog::open(path)?),
             None => None,
         };
-        let listener = TcpListener::bind(config.bind)
-            .await
-            .map_err(|source| SimError::Bind {
-                addr: config.bind,
-                source,
-            })?;
+        let listener = listen(config.bind).map_err(|source| SimError::Bind {
+            addr: config.bind,
+            source,
+        })?;
         let addr = listener.local_addr().map_err(|source| SimError::Bind {
             addr: config.bind,
             source,
@@ -236,6 +234,20 @@ fn unix_now_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// Listens on `addr` with a deep accept queue (the kernel caps it at `net.core.somaxconn`):
+/// thousands of clients connecting at once must not overflow it into SYN retries, which a
+/// client would see as a one-second stall.
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.set_reuseaddr(true)?;
+    sock.bind(addr)?;
+    sock.listen(65_535)
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {

@@ -172,7 +172,7 @@ pub(crate) mod wire {
     #[derive(Deserialize)]
     pub(crate) struct Chunk<'a> {
         #[serde(borrow, default)]
-        pub choices: Option<Vec<Choice<'a>>>,
+        pub choices: Option<Choices<'a>>,
         #[serde(default)]
         pub usage: Option<UsageWire>,
         #[serde(default)]
@@ -206,6 +206,81 @@ pub(crate) mod wire {
         pub refusal: Option<Cow<'a, str>>,
         #[serde(borrow, default)]
         pub tool_calls: Option<Vec<ToolCall<'a>>>,
+    }
+
+    impl Delta<'_> {
+        /// Whether it carries output: text, reasoning, a refusal or a tool call's name or
+        /// arguments.
+        pub(crate) fn has_text(&self) -> bool {
+            let some = |c: &Option<Cow<'_, str>>| c.as_deref().is_some_and(|c| !c.is_empty());
+            some(&self.content)
+                || some(&self.reasoning_content)
+                || some(&self.reasoning)
+                || some(&self.refusal)
+                || self.tool_calls.iter().flatten().any(|t| {
+                    t.function
+                        .as_ref()
+                        .is_some_and(|f| some(&f.name) || some(&f.arguments))
+                })
+        }
+    }
+
+    /// A chunk's `choices`, folded as they are read (no `Vec`, no moves of `Choice`s): whether
+    /// any choice carried output, and choice 0's text, reasoning and finish reason.
+    #[derive(Default)]
+    pub(crate) struct Choices<'a> {
+        pub has_text: bool,
+        pub content: Option<Cow<'a, str>>,
+        pub reasoning: Option<Cow<'a, str>>,
+        pub finish_reason: Option<Cow<'a, str>>,
+    }
+
+    /// Appends `more` to `acc` (a second choice 0 in one chunk, never seen in practice).
+    fn join<'a>(acc: &mut Option<Cow<'a, str>>, more: Option<Cow<'a, str>>) {
+        match (acc.as_mut(), more) {
+            (Some(a), Some(m)) => a.to_mut().push_str(&m),
+            (None, m) => *acc = m,
+            (Some(_), None) => {}
+        }
+    }
+
+    impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<'a>(std::marker::PhantomData<&'a ()>);
+            impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+                type Value = Choices<'a>;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("an array of choices")
+                }
+                fn visit_seq<S: serde::de::SeqAccess<'de>>(
+                    self,
+                    mut seq: S,
+                ) -> Result<Choices<'a>, S::Error> {
+                    let mut out = Choices::default();
+                    while let Some(c) = seq.next_element::<Choice<'a>>()? {
+                        let Choice {
+                            index,
+                            delta,
+                            message,
+                            finish_reason,
+                        } = c;
+                        let d = delta.or(message);
+                        out.has_text |= d.as_ref().is_some_and(Delta::has_text);
+                        if index == 0 {
+                            if let Some(d) = d {
+                                join(&mut out.content, d.content);
+                                join(&mut out.reasoning, d.reasoning_content.or(d.reasoning));
+                            }
+                            if finish_reason.is_some() {
+                                out.finish_reason = finish_reason;
+                            }
+                        }
+                    }
+                    Ok(out)
+                }
+            }
+            d.deserialize_seq(V(std::marker::PhantomData))
+        }
     }
 
     #[derive(Deserialize)]

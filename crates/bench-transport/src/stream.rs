@@ -258,36 +258,16 @@ impl Accum {
             self.usage = Some(merged);
         }
         let mut output = false;
-        for choice in chunk.choices.iter().flatten() {
-            let Some(d) = choice.delta.as_ref().or(choice.message.as_ref()) else {
-                if choice.index == 0 {
-                    if let Some(f) = &choice.finish_reason {
-                        self.finish_reason = Some(f.to_string());
-                    }
-                }
-                continue;
-            };
-            let reasoning = d.reasoning_content.as_deref().or(d.reasoning.as_deref());
-            let has_text = d.content.as_deref().is_some_and(|c| !c.is_empty())
-                || reasoning.is_some_and(|c| !c.is_empty())
-                || d.refusal.as_deref().is_some_and(|c| !c.is_empty())
-                || d.tool_calls.iter().flatten().any(|t| {
-                    t.function.as_ref().is_some_and(|f| {
-                        f.name.as_deref().is_some_and(|n| !n.is_empty())
-                            || f.arguments.as_deref().is_some_and(|a| !a.is_empty())
-                    })
-                });
-            output |= has_text;
-            if choice.index == 0 {
-                if let Some(c) = &d.content {
-                    self.content.push_str(c);
-                }
-                if let Some(r) = reasoning {
-                    self.reasoning.push_str(r);
-                }
-                if let Some(f) = &choice.finish_reason {
-                    self.finish_reason = Some(f.to_string());
-                }
+        if let Some(c) = chunk.choices {
+            output = c.has_text;
+            if let Some(t) = &c.content {
+                self.content.push_str(t);
+            }
+            if let Some(r) = &c.reasoning {
+                self.reasoning.push_str(r);
+            }
+            if let Some(f) = c.finish_reason {
+                self.finish_reason = Some(f.into_owned());
             }
         }
         if output {

@@ -1062,6 +1062,34 @@ async fn the_run_drains_once_when_it_starts_no_further_session_or_turn() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_ramp_up_spreads_the_first_sessions_and_counts_them_active_as_they_start() {
+    // C = 4 over 1 s: workers start at 0, 250, 500 and 750 ms; turns take 1 s.
+    let fake = Fake::uniform(1000);
+    let mut cfg = RunConfig::new("fake", 4);
+    cfg.ramp_up = Some(ms(1000));
+    let out = play(sessions(4, 2), &fake, cfg).await;
+    let mut firsts: Vec<(f64, u32)> = out
+        .turns
+        .iter()
+        .filter(|t| t.turn_index == 0)
+        .map(|t| (t.sent_s, t.active_at_dispatch))
+        .collect();
+    firsts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (n, (sent, active)) in firsts.iter().enumerate() {
+        assert_s(*sent, 250.0 * n as f64);
+        assert_eq!(*active, n as u32 + 1);
+    }
+    // Second turns all see the 4 sessions active.
+    assert!(
+        out.turns
+            .iter()
+            .filter(|t| t.turn_index == 1)
+            .all(|t| t.active_at_dispatch == 4)
+    );
+    assert_eq!(out.elapsed, ms(2750));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_time_origin_shifts_every_record_offset() {
     let fake = Fake::uniform(100);
     let mut cfg = RunConfig::new("fake", 1);

@@ -1,0 +1,1115 @@
+//! `cargo xtask perf [load] [client|http|fidelity|scale|long|sim]...`: the load scenarios.
+//!
+//! Every scenario runs the release `bench` binary against `bench sim` (a separate process) and,
+//! where the issue names one, a peer against the same simulator in the same run: SGLang's Rust
+//! client `sglang-bench` (the PyO3 extension in the `sglang` 0.5.23 wheel, loaded without
+//! importing `sglang`), agentic-bench 0.2.0 and `oha`. Peers are installed under
+//! `target/perf/` (never committed). CPU time and peak RSS of a client come from
+//! `/usr/bin/time` (the whole process tree); the simulator's CPU time from `/proc/<pid>/stat`.
+//! With `taskset` the simulator runs on CPU 0 and the client on CPU 1 (the timing-fidelity
+//! scenario shares both cores, as the issue asks). Results: `target/perf/summary.json` and a
+//! markdown table on stdout. Targets are checked and reported, never asserted: a missed target
+//! is a row that says so, not a failure.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+const SGLANG_VERSION: &str = "0.5.23";
+const ABENCH_VERSION: &str = "0.2.0";
+const OHA_VERSION: &str = "1.16.0";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default()
+}
+
+fn perf_dir() -> PathBuf {
+    root().join("target/perf")
+}
+
+/// Whether `taskset` can pin to CPUs 0 and 1.
+fn can_pin() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+        && Command::new("taskset")
+            .args(["-c", "1", "true"])
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// A command, optionally pinned to `cpu`.
+fn command(prog: &Path, cpu: Option<&str>) -> Command {
+    match cpu.filter(|_| can_pin()) {
+        Some(c) => {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", c]).arg(prog);
+            cmd
+        }
+        None => Command::new(prog),
+    }
+}
+
+/// `bench sim` in its own process.
+struct Sim {
+    child: Child,
+    url: String,
+    pid: u32,
+}
+
+impl Sim {
+    fn start(bench: &Path, args: &[&str], cpu: Option<&str>) -> Result<Sim> {
+        let mut child = command(bench, cpu)
+            .args(["sim", "--port", "0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start bench sim")?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().context("no stdout")?).read_line(&mut line)?;
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .with_context(|| format!("bench sim printed no URL: {line:?}"))?
+            .to_owned();
+        // taskset execs the simulator: same pid.
+        let pid = child.id();
+        Ok(Sim { child, url, pid })
+    }
+
+    /// CPU seconds used so far (user + system).
+    fn cpu_s(&self) -> f64 {
+        proc_cpu_s(self.pid).unwrap_or(f64::NAN)
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// utime + stime of `pid` in seconds.
+fn proc_cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the state (field 3).
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// What `/usr/bin/time` and the process said.
+struct Measured {
+    wall_s: f64,
+    cpu_s: f64,
+    max_rss_mb: f64,
+    stdout: String,
+    stderr: String,
+    ok: bool,
+}
+
+/// Runs `cmd` under `/usr/bin/time` (which must be the first program of `cmd` after any
+/// `taskset`): built by [`timed_command`].
+fn run_timed(mut cmd: Command, what: &str) -> Result<Measured> {
+    let t0 = Instant::now();
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {what}"))?;
+    let wall = t0.elapsed().as_secs_f64();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let line = stderr
+        .lines()
+        .rfind(|l| l.starts_with("XTASK-TIME "))
+        .with_context(|| format!("{what}: no /usr/bin/time line in: {stderr}"))?;
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if v.len() != 4 {
+        bail!("{what}: cannot read {line:?}");
+    }
+    Ok(Measured {
+        wall_s: if v[0] > 0.0 { v[0] } else { wall },
+        cpu_s: v[1] + v[2],
+        max_rss_mb: v[3] / 1024.0,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+        ok: out.status.success(),
+    })
+}
+
+/// `[taskset -c CPU] /usr/bin/time -f … PROG`.
+fn timed_command(prog: &Path, cpu: Option<&str>) -> Command {
+    let mut cmd = command(Path::new("/usr/bin/time"), cpu);
+    cmd.args(["-f", "XTASK-TIME %e %U %S %M"]).arg(prog);
+    cmd
+}
+
+fn last_json_line(s: &str) -> Option<Value> {
+    s.lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+}
+
+/// The peers, installed under `target/perf/`.
+struct Peers {
+    /// Python with the `sglang` wheel's `_bench` extension (`None`: not installable).
+    sglang: Option<(PathBuf, PathBuf)>,
+    /// agentic-bench's venv Python.
+    abench: Option<PathBuf>,
+    /// The `oha` binary.
+    oha: Option<PathBuf>,
+    /// A tokenizer directory for sglang-bench's random-ids dataset.
+    tokenizer: PathBuf,
+    /// Why a peer is missing.
+    missing: Vec<String>,
+}
+
+fn sh(cmd: &mut Command, what: &str) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("cannot run {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
+    Ok(())
+}
+
+impl Peers {
+    /// Installs (once) and finds the peers with `xtask/scripts/perf_install_peers.sh`; a peer
+    /// that cannot be installed is reported, not fatal.
+    fn install() -> Peers {
+        let dir = perf_dir();
+        let mut missing = Vec::new();
+        let mut get = |what: &str| -> bool {
+            eprintln!("xtask perf: peer {what} (installed once under target/perf/)");
+            let r = sh(
+                Command::new("bash")
+                    .arg(root().join("xtask/scripts/perf_install_peers.sh"))
+                    .arg(what),
+                &format!("installing {what}"),
+            );
+            r.map_err(|e| missing.push(format!("{what}: {e:#}")))
+                .is_ok()
+        };
+        let tokenizer = dir.join("tokenizer/qwen3");
+        let sglang = (get("tokenizer") && get("sglang"))
+            .then(|| {
+                let ext = find_file(&dir.join("sglang-venv/lib"), &|p: &Path| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("_bench") && n.ends_with(".so"))
+                        && p.to_string_lossy().contains("rust_extensions")
+                })?;
+                Some((dir.join("sglang-venv/bin/python"), ext))
+            })
+            .flatten();
+        let abench = get("abench").then(|| dir.join("abench-venv/bin/python"));
+        let oha = get("oha").then(|| dir.join("oha/bin/oha"));
+        Peers {
+            sglang,
+            abench,
+            oha,
+            tokenizer,
+            missing,
+        }
+    }
+}
+
+fn find_file(dir: &Path, pred: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if let Some(f) = find_file(&p, pred) {
+                return Some(f);
+            }
+        } else if pred(&p) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// One client's run in a scenario.
+#[derive(Debug, Clone)]
+struct ClientRun {
+    client: String,
+    concurrency: u32,
+    turns_ok: u64,
+    turns_failed: u64,
+    /// The tool's own measure of its load phase (first request to last answer): startup and
+    /// planning are not in it.
+    wall_s: f64,
+    /// The whole process, as `/usr/bin/time` saw it.
+    process_wall_s: f64,
+    cpu_s: f64,
+    max_rss_mb: f64,
+    sim_cpu_s: f64,
+    extra: Value,
+}
+
+impl ClientRun {
+    fn turns_per_s(&self) -> f64 {
+        self.turns_ok as f64 / self.wall_s
+    }
+    fn cpu_per_1k(&self) -> f64 {
+        self.cpu_s / self.turns_ok.max(1) as f64 * 1000.0
+    }
+    fn to_json(&self) -> Value {
+        json!({
+            "client": self.client,
+            "concurrency": self.concurrency,
+            "turns_ok": self.turns_ok,
+            "turns_failed": self.turns_failed,
+            "wall_s": self.wall_s,
+            "process_wall_s": self.process_wall_s,
+            "turns_per_s": self.turns_per_s(),
+            "client_cpu_s": self.cpu_s,
+            "client_cpu_s_per_1k_turns": self.cpu_per_1k(),
+            "client_peak_rss_mb": self.max_rss_mb,
+            "sim_cpu_s": self.sim_cpu_s,
+            "sim_cpu_s_per_1k_turns": self.sim_cpu_s / self.turns_ok.max(1) as f64 * 1000.0,
+            "extra": self.extra,
+        })
+    }
+}
+
+/// `bench run` against `sim`, pinned to `cpu`; `args` after the common ones.
+fn bench_run(
+    bench: &Path,
+    sim: &Sim,
+    cpu: Option<&str>,
+    concurrency: u32,
+    args: &[&str],
+) -> Result<(ClientRun, Value)> {
+    let dir = perf_dir().join("run-tmp");
+    let _ = std::fs::remove_dir_all(&dir);
+    let s0 = sim.cpu_s();
+    let mut cmd = timed_command(bench, cpu);
+    cmd.args([
+        "run",
+        "--base-url",
+        &sim.url,
+        "-q",
+        "--json",
+        "--no-metrics",
+    ])
+    .args(["--tokenizer", "none", "-c", &concurrency.to_string()])
+    .arg("--run-dir")
+    .arg(&dir)
+    .args(args);
+    let m = run_timed(cmd, "bench run")?;
+    let sim_cpu_s = sim.cpu_s() - s0;
+    if !m.ok {
+        bail!("bench run failed: {}", tail(&m.stderr));
+    }
+    let r: Value = serde_json::from_str(&m.stdout).context("bench run --json")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let turns_ok = r["summary"]["turns_ok"].as_u64().unwrap_or(0);
+    let reported = r["overall"]["request_throughput_turns_s"].as_f64();
+    let run = ClientRun {
+        client: "bench".into(),
+        concurrency,
+        turns_ok,
+        turns_failed: r["summary"]["turns_failed"].as_u64().unwrap_or(0),
+        wall_s: reported.map_or(m.wall_s, |t| turns_ok as f64 / t),
+        process_wall_s: m.wall_s,
+        cpu_s: m.cpu_s,
+        max_rss_mb: m.max_rss_mb,
+        sim_cpu_s,
+        extra: json!({
+            "ttft_ms": r["overall"]["ttft_ms"],
+            "e2e_ms": r["overall"]["e2e_ms"],
+            "reported_turns_per_s": r["overall"]["request_throughput_turns_s"],
+        }),
+    };
+    Ok((run, r))
+}
+
+fn tail(s: &str) -> String {
+    s.lines()
+        .filter(|l| !l.starts_with("XTASK-TIME"))
+        .rev()
+        .take(4)
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// A peer script that prints one JSON line with `completed` and `failed`.
+fn peer_run(
+    name: &str,
+    python: &Path,
+    script_args: Vec<String>,
+    sim: &Sim,
+    cpu: Option<&str>,
+    concurrency: u32,
+) -> Result<ClientRun> {
+    let s0 = sim.cpu_s();
+    let mut cmd = timed_command(python, cpu);
+    cmd.args(&script_args);
+    let m = run_timed(cmd, name)?;
+    let sim_cpu_s = sim.cpu_s() - s0;
+    let v = last_json_line(&m.stdout)
+        .with_context(|| format!("{name}: no JSON summary: {}", tail(&m.stderr)))?;
+    if !m.ok {
+        bail!("{name} failed: {}", tail(&m.stderr));
+    }
+    Ok(ClientRun {
+        client: name.into(),
+        concurrency,
+        turns_ok: v["completed"].as_u64().unwrap_or(0),
+        turns_failed: v["failed"].as_u64().unwrap_or(0),
+        wall_s: v["wall_s"]
+            .as_f64()
+            .filter(|w| *w > 0.0)
+            .unwrap_or(m.wall_s),
+        process_wall_s: m.wall_s,
+        cpu_s: m.cpu_s,
+        max_rss_mb: m.max_rss_mb,
+        sim_cpu_s,
+        extra: v,
+    })
+}
+
+fn script(name: &str) -> String {
+    root()
+        .join("xtask/scripts")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// What every scenario adds to the summary: its runs and its target checks.
+#[derive(Default)]
+struct Report {
+    scenarios: Vec<Value>,
+    targets: Vec<Value>,
+    notes: Vec<String>,
+}
+
+impl Report {
+    fn target(&mut self, name: &str, target: &str, measured: String, met: Option<bool>) {
+        eprintln!(
+            "xtask perf: {name}: {measured} (target {target}) → {}",
+            match met {
+                Some(true) => "met",
+                Some(false) => "MISSED",
+                None => "not measured",
+            }
+        );
+        self.targets.push(json!({
+            "target": name, "wanted": target, "measured": measured, "met": met,
+        }));
+    }
+}
+
+const CLIENT_TURNS: u64 = 20_000;
+const PEER_TURNS: u64 = 6_000;
+const ABENCH_TURNS: u64 = 3_000;
+
+/// Client efficiency: 256-token prompts, 64 streamed output tokens, `--instant`, C = 64 and
+/// 256; client CPU-seconds per 1,000 turns, ours against sglang-bench's and agentic-bench's.
+fn client_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> {
+    let mut best_turns_s: f64 = 0.0;
+    let mut rows = Vec::new();
+    for c in [64u32, 256] {
+        let sim = Sim::start(bench, &["--instant"], Some("0"))?;
+        eprintln!("xtask perf client: C={c}: bench run, {CLIENT_TURNS} turns");
+        let n = CLIENT_TURNS.to_string();
+        let (ours, _) = bench_run(
+            bench,
+            &sim,
+            Some("1"),
+            c,
+            &[
+                "--dataset",
+                "random",
+                "--turns",
+                "1",
+                "--input-increment",
+                "256",
+                "--output-len",
+                "64",
+                "--num-sessions",
+                &n,
+            ],
+        )?;
+        best_turns_s = best_turns_s.max(ours.turns_per_s());
+        let mut runs = vec![ours.clone()];
+        let common = |n: u64| {
+            vec![
+                "--base-url".to_owned(),
+                sim.url.clone(),
+                "--model".to_owned(),
+                "bench-sim".to_owned(),
+                "--concurrency".to_owned(),
+                c.to_string(),
+                "--num-requests".to_owned(),
+                n.to_string(),
+                "--input-tokens".to_owned(),
+                "256".to_owned(),
+                "--output-tokens".to_owned(),
+                "64".to_owned(),
+            ]
+        };
+        if let Some((py, ext)) = &peers.sglang {
+            eprintln!("xtask perf client: C={c}: sglang-bench, {PEER_TURNS} turns");
+            let mut a = vec![
+                script("perf_sglang_bench.py"),
+                "--ext".into(),
+                ext.display().to_string(),
+                "--tokenizer".into(),
+                peers.tokenizer.display().to_string(),
+            ];
+            a.extend(common(PEER_TURNS));
+            match peer_run("sglang-bench", py, a, &sim, Some("1"), c) {
+                Ok(r) => runs.push(r),
+                Err(e) => rep.notes.push(format!("sglang-bench at C={c}: {e:#}")),
+            }
+        }
+        if let Some(py) = &peers.abench {
+            eprintln!("xtask perf client: C={c}: agentic-bench, {ABENCH_TURNS} turns");
+            let mut a = vec![script("perf_abench.py")];
+            a.extend(common(ABENCH_TURNS));
+            match peer_run("agentic-bench", py, a, &sim, Some("1"), c) {
+                Ok(r) => runs.push(r),
+                Err(e) => rep.notes.push(format!("agentic-bench at C={c}: {e:#}")),
+            }
+        }
+        for r in &runs {
+            eprintln!(
+                "xtask perf client: C={c} {:<14} {:>6} ok {:>4} failed  {:>8.0} turns/s  {:.3} CPU-s/1k turns  sim {:.3} CPU-s/1k",
+                r.client,
+                r.turns_ok,
+                r.turns_failed,
+                r.turns_per_s(),
+                r.cpu_per_1k(),
+                r.sim_cpu_s / r.turns_ok.max(1) as f64 * 1000.0
+            );
+        }
+        let find = |name: &str| runs.iter().find(|r| r.client == name);
+        for (peer, factor) in [("sglang-bench", 0.5), ("agentic-bench", 0.1)] {
+            let (measured, met) = match find(peer) {
+                Some(p) => {
+                    let ratio = ours.cpu_per_1k() / p.cpu_per_1k();
+                    (
+                        format!(
+                            "{ratio:.3}× ({:.3} vs {:.3} CPU-s per 1,000 turns)",
+                            ours.cpu_per_1k(),
+                            p.cpu_per_1k()
+                        ),
+                        Some(ratio <= factor && ours.turns_failed == 0),
+                    )
+                }
+                None => ("peer not available".into(), None),
+            };
+            rep.target(
+                &format!("client CPU vs {peer}, C={c}"),
+                &format!("≤ {factor}×"),
+                measured,
+                met,
+            );
+        }
+        rows.extend(runs.iter().map(ClientRun::to_json));
+    }
+    rep.scenarios.push(json!({
+        "scenario": "client",
+        "what": "streamed turns, 256-token prompts, 64 output tokens, bench sim --instant; sim on CPU 0, client on CPU 1",
+        "runs": rows,
+        "best_bench_turns_per_s": best_turns_s,
+    }));
+    Ok(())
+}
+
+/// The simulator's model name (`bench sim` serves `bench-sim` unless told otherwise).
+const MODEL: &str = "bench-sim";
+
+/// A chat body like the ones `bench run` sends for a single 256-token turn.
+fn chat_body(prompt_tokens: usize, max_tokens: u32, stream: bool) -> String {
+    let words = "lorem ipsum dolor sit amet consectetur adipiscing elit ";
+    let text: String =
+        words.repeat(prompt_tokens * 4 / words.len() + 1)[..prompt_tokens * 4].into();
+    let mut v = json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": text}],
+        "max_completion_tokens": max_tokens,
+        "ignore_eos": true,
+        "stream": stream,
+    });
+    if stream {
+        v["stream_options"] = json!({"include_usage": true});
+    }
+    v.to_string()
+}
+
+/// `oha` against `url`: (requests ok, wall s, client run).
+fn oha_run(
+    oha: &Path,
+    sim: &Sim,
+    cpu: Option<&str>,
+    concurrency: u32,
+    n: u64,
+    body: &str,
+) -> Result<ClientRun> {
+    let body_path = perf_dir().join("oha-body.json");
+    std::fs::write(&body_path, body)?;
+    let s0 = sim.cpu_s();
+    let mut cmd = timed_command(oha, cpu);
+    cmd.args(["--no-tui", "--output-format", "json", "-m", "POST"])
+        .args(["-T", "application/json", "-n", &n.to_string()])
+        .args(["-c", &concurrency.to_string(), "-D"])
+        .arg(&body_path)
+        .arg(format!("{}/v1/chat/completions", sim.url));
+    let m = run_timed(cmd, "oha")?;
+    let sim_cpu_s = sim.cpu_s() - s0;
+    if !m.ok {
+        bail!("oha failed: {}", tail(&m.stderr));
+    }
+    let v: Value = serde_json::from_str(&m.stdout).context("oha --output-format json")?;
+    let ok = v["statusCodeDistribution"]["200"].as_u64().unwrap_or(0);
+    Ok(ClientRun {
+        client: "oha".into(),
+        concurrency,
+        turns_ok: ok,
+        turns_failed: n.saturating_sub(ok),
+        wall_s: v["summary"]["total"]
+            .as_f64()
+            .filter(|w| *w > 0.0)
+            .unwrap_or(m.wall_s),
+        process_wall_s: m.wall_s,
+        cpu_s: m.cpu_s,
+        max_rss_mb: m.max_rss_mb,
+        sim_cpu_s,
+        extra: json!({
+            "requests_per_s": v["summary"]["requestsPerSec"],
+            "latency_s": {"average": v["summary"]["average"], "slowest": v["summary"]["slowest"]},
+        }),
+    })
+}
+
+/// Raw HTTP: non-streamed turns against `--instant`, ours against oha at the same concurrency.
+fn http_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> {
+    let c = 64u32;
+    let n = 20_000u64;
+    let sim = Sim::start(bench, &["--instant"], Some("0"))?;
+    eprintln!("xtask perf http: C={c}: bench run --disable-stream, {n} turns");
+    let ns = n.to_string();
+    let (ours, _) = bench_run(
+        bench,
+        &sim,
+        Some("1"),
+        c,
+        &[
+            "--disable-stream",
+            "--dataset",
+            "random",
+            "--turns",
+            "1",
+            "--input-increment",
+            "256",
+            "--output-len",
+            "64",
+            "--num-sessions",
+            &ns,
+        ],
+    )?;
+    let mut runs = vec![ours.clone()];
+    let (measured, met) = match &peers.oha {
+        Some(oha) => {
+            eprintln!("xtask perf http: C={c}: oha, {n} requests");
+            let o = oha_run(oha, &sim, Some("1"), c, n, &chat_body(256, 64, false))?;
+            let ratio = ours.turns_per_s() / o.turns_per_s();
+            runs.push(o.clone());
+            (
+                format!(
+                    "{:.0}% ({:.0} vs {:.0} turns/s)",
+                    ratio * 100.0,
+                    ours.turns_per_s(),
+                    o.turns_per_s()
+                ),
+                Some(ratio >= 0.8 && ours.turns_failed == 0),
+            )
+        }
+        None => ("oha not available".into(), None),
+    };
+    rep.target("raw HTTP turns/s vs oha, C=64", "≥ 80%", measured, met);
+    rep.scenarios.push(json!({
+        "scenario": "http",
+        "what": "non-streamed turns (256-token prompt, 64 output tokens), bench sim --instant; sim on CPU 0, client on CPU 1",
+        "runs": runs.iter().map(ClientRun::to_json).collect::<Vec<_>>(),
+    }));
+    Ok(())
+}
+
+/// Timing fidelity: fixed 20 ms TTFT, C = 1,000 sessions in flight, client and simulator
+/// sharing both cores. Sessions wait between turns (tool waits, exponential with mean 1 s, so
+/// they do not fire in lockstep), which keeps the offered load (~1,000 turns/s) within what two
+/// cores serve, and start over a 2 s ramp-up; a run without waits shows saturation.
+fn fidelity_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
+    let mut rows = Vec::new();
+    for (label, gap, turns) in [
+        ("tool waits, mean 1 s", "exponential:1000", "10"),
+        ("no tool waits", "zero", "5"),
+    ] {
+        let sim = Sim::start(bench, &["--ttft-ms", "20", "--itl-ms", "5"], None)?;
+        eprintln!("xtask perf fidelity: C=1000, {label}");
+        let (run, r) = bench_run(
+            bench,
+            &sim,
+            None,
+            1000,
+            &[
+                "--dataset",
+                "random",
+                "--turns",
+                turns,
+                "--input-increment",
+                "64",
+                "--output-len",
+                "4",
+                "--gap-policy",
+                gap,
+                "--ramp-up",
+                "2s",
+                "--num-sessions",
+                "1000",
+            ],
+        )?;
+        let t = &r["overall"]["ttft_ms"];
+        let over = |k: &str| t[k].as_f64().map(|x| x - 20.0);
+        let row = json!({
+            "variant": label,
+            "run": run.to_json(),
+            "ttft_minus_20ms": {"p50": over("p50"), "p90": over("p90"), "p99": over("p99"), "max": over("max")},
+            "dispatch_lag_ms": r["overall"]["dispatch_lag_ms"],
+            "turns_per_s": run.turns_per_s(),
+        });
+        if gap != "zero" {
+            let p99 = over("p99");
+            rep.target(
+                "timing fidelity: TTFT − 20 ms p99, C=1000 (tool waits, mean 1 s)",
+                "≤ 1 ms",
+                format!(
+                    "{} ms (p50 {} ms; {:.0} turns/s)",
+                    p99.map_or("-".into(), |x| format!("{x:.2}")),
+                    over("p50").map_or("-".into(), |x| format!("{x:.2}")),
+                    run.turns_per_s()
+                ),
+                p99.map(|x| x <= 1.0 && run.turns_failed == 0),
+            );
+        } else {
+            rep.notes.push(format!(
+                "fidelity without tool waits (C=1000 asking for ~{:.0} turns/s, both cores saturated): TTFT − 20 ms p50 {:.2} ms, p99 {:.2} ms at {:.0} turns/s",
+                1000.0 / 0.04,
+                over("p50").unwrap_or(f64::NAN),
+                over("p99").unwrap_or(f64::NAN),
+                run.turns_per_s()
+            ));
+        }
+        rows.push(row);
+    }
+    rep.scenarios.push(json!({
+        "scenario": "fidelity",
+        "what": "bench sim --ttft-ms 20 --itl-ms 5, 4 output tokens, 1,000 sessions in flight (--ramp-up 2s), no pinning",
+        "runs": rows,
+    }));
+    Ok(())
+}
+
+/// Scale: 10,000 concurrent sessions with exponential tool waits (mean 3 s) and an 8K-token
+/// shared system prompt, for 60 s: no errors, client peak RSS ≤ 1 GiB.
+fn scale_scenario(bench: &Path, rep: &mut Report, seconds: u32) -> Result<()> {
+    let sim = Sim::start(bench, &["--ttft-ms", "50", "--itl-ms", "10"], Some("0"))?;
+    eprintln!("xtask perf scale: 10,000 sessions for {seconds} s");
+    let dur = format!("{seconds}s");
+    let (run, r) = bench_run(
+        bench,
+        &sim,
+        Some("1"),
+        10_000,
+        &[
+            "--dataset",
+            "random",
+            "--turns",
+            "25",
+            "--input-increment",
+            "64",
+            "--output-len",
+            "8",
+            "--gap-policy",
+            "exponential:3000",
+            "--system-prompt-tokens",
+            "8192",
+            "--ramp-up",
+            "10s",
+            "--num-sessions",
+            "10000",
+            "--duration",
+            &dur,
+        ],
+    )?;
+    let errors = run.turns_failed;
+    rep.target(
+        "scale: 10,000 sessions, 60 s, errors",
+        "0",
+        format!("{errors} failed of {} turns", run.turns_ok + errors),
+        Some(errors == 0),
+    );
+    rep.target(
+        "scale: client peak RSS (8K-token system prompt)",
+        "≤ 1 GiB",
+        format!("{:.0} MB", run.max_rss_mb),
+        Some(run.max_rss_mb <= 1024.0),
+    );
+    rep.scenarios.push(json!({
+        "scenario": "scale",
+        "what": format!("10,000 sessions in flight (--ramp-up 10s), exponential tool waits (mean 3 s), 8,192-token system prompt, --duration {seconds}s; bench sim --ttft-ms 50 --itl-ms 10 on CPU 0, client on CPU 1"),
+        "run": run.to_json(),
+        "ttft_ms": r["overall"]["ttft_ms"],
+        "dispatch_lag_ms": r["overall"]["dispatch_lag_ms"],
+        "sessions": r["summary"]["sessions_completed"],
+    }));
+    Ok(())
+}
+
+/// Turns/s of copying `bytes` per turn over loopback with `c` connections: each request is
+/// `bytes` written and one byte back (the floor under any HTTP client and server).
+fn loopback_copy(bytes: usize, c: usize, turns: usize) -> Result<f64> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?;
+    let per = turns / c;
+    let server = std::thread::spawn(move || {
+        let mut hs = Vec::new();
+        for _ in 0..c {
+            let Ok((mut s, _)) = l.accept() else { break };
+            hs.push(std::thread::spawn(move || {
+                let mut buf = vec![0u8; 256 * 1024];
+                for _ in 0..per {
+                    let mut left = bytes;
+                    while left > 0 {
+                        match s.read(&mut buf[..left.min(256 * 1024)]) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => left -= n,
+                        }
+                    }
+                    if s.write_all(b"k").is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
+        for h in hs {
+            let _ = h.join();
+        }
+    });
+    let payload = vec![b'x'; bytes];
+    let t0 = Instant::now();
+    let clients: Vec<_> = (0..c)
+        .map(|_| {
+            let payload = payload.clone();
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let mut s = TcpStream::connect(addr)?;
+                s.set_nodelay(true)?;
+                let mut one = [0u8; 1];
+                for _ in 0..per {
+                    s.write_all(&payload)?;
+                    s.read_exact(&mut one)?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for h in clients {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("copy client panicked"))??;
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let _ = server.join();
+    Ok((per * c) as f64 / wall)
+}
+
+/// Long context: 100K-token prompts; turns/s against the loopback copy floor.
+fn long_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
+    let c = 8u32;
+    let n = 400u64;
+    let sim = Sim::start(
+        bench,
+        &["--instant", "--max-model-len", "200000"],
+        Some("0"),
+    )?;
+    eprintln!("xtask perf long: 100K-token prompts, C={c}, {n} turns");
+    let ns = n.to_string();
+    let (run, r) = bench_run(
+        bench,
+        &sim,
+        Some("1"),
+        c,
+        &[
+            "--dataset",
+            "random",
+            "--turns",
+            "1",
+            "--input-increment",
+            "100000",
+            "--output-len",
+            "16",
+            "--num-sessions",
+            &ns,
+        ],
+    )?;
+    // The body size: ~4 bytes per token of text plus the JSON around it.
+    let input_tokens = r["overall"]["input_throughput_tok_s"]
+        .as_f64()
+        .unwrap_or(0.0)
+        / r["overall"]["request_throughput_turns_s"]
+            .as_f64()
+            .unwrap_or(1.0);
+    let body_bytes = (input_tokens * 4.0) as usize + 300;
+    let copy = loopback_copy(body_bytes, c as usize, 4000)?;
+    let ratio = copy / run.turns_per_s();
+    rep.target(
+        "long context: 100K-token turns/s vs loopback copy",
+        "within 2×",
+        format!(
+            "{ratio:.2}× slower ({:.0} vs {:.0} turns/s of {:.0} KB bodies)",
+            run.turns_per_s(),
+            copy,
+            body_bytes as f64 / 1024.0
+        ),
+        Some(ratio <= 2.0 && run.turns_failed == 0),
+    );
+    rep.scenarios.push(json!({
+        "scenario": "long",
+        "what": "single turns with 100K-token prompts (≈ 400 KB bodies), 16 output tokens, C=8, bench sim --instant on CPU 0, client on CPU 1; loopback copy: the same bytes per turn over 8 TCP connections, one byte back",
+        "run": run.to_json(),
+        "body_bytes": body_bytes,
+        "loopback_copy_turns_per_s": copy,
+    }));
+    Ok(())
+}
+
+/// The simulator's capacity: oha drives streamed 64-token turns (reading every byte, parsing
+/// nothing) with the simulator alone on CPU 0.
+fn sim_scenario(bench: &Path, peers: &Peers, rep: &mut Report, best_client: f64) -> Result<()> {
+    let Some(oha) = &peers.oha else {
+        rep.target(
+            "simulator capacity vs client's best",
+            "≥ 2×",
+            "oha not available".into(),
+            None,
+        );
+        return Ok(());
+    };
+    let sim = Sim::start(bench, &["--instant"], Some("0"))?;
+    let n = 60_000u64;
+    eprintln!("xtask perf sim: oha drives {n} streamed turns at C=256");
+    let o = oha_run(oha, &sim, Some("1"), 256, n, &chat_body(256, 64, true))?;
+    let ratio = o.turns_per_s() / best_client;
+    let sim_busy = o.sim_cpu_s / o.wall_s;
+    rep.target(
+        "simulator capacity vs client's best turns/s (--instant)",
+        "≥ 2×",
+        format!(
+            "{ratio:.2}× ({:.0} vs {best_client:.0} turns/s; simulator core {:.0}% busy)",
+            o.turns_per_s(),
+            sim_busy * 100.0
+        ),
+        Some(ratio >= 2.0),
+    );
+    rep.scenarios.push(json!({
+        "scenario": "sim",
+        "what": "oha drives streamed turns (256-token prompt, 64 output tokens) at C=256 against bench sim --instant on CPU 0 (oha on CPU 1)",
+        "run": o.to_json(),
+        "sim_core_busy": sim_busy,
+        "best_bench_turns_per_s": best_client,
+    }));
+    Ok(())
+}
+
+/// Runs the load scenarios named in `which` (all when empty).
+pub fn run(which: &[String], scale_seconds: u32) -> Result<()> {
+    let all = ["client", "http", "fidelity", "scale", "long", "sim"];
+    let wanted: Vec<&str> = if which.is_empty() {
+        all.to_vec()
+    } else {
+        which.iter().map(String::as_str).collect()
+    };
+    for w in &wanted {
+        if !all.contains(w) {
+            bail!(
+                "unknown perf scenario {w:?} (known: plan, {})",
+                all.join(", ")
+            );
+        }
+    }
+    let t0 = Instant::now();
+    let root = root();
+    std::fs::create_dir_all(perf_dir())?;
+    eprintln!("xtask perf: building the release binary");
+    sh(
+        Command::new("cargo")
+            .args(["build", "--release", "-p", "bench-cli"])
+            .current_dir(&root),
+        "cargo build --release",
+    )?;
+    let bench = root.join("target/release/bench");
+    let needs_peers = wanted
+        .iter()
+        .any(|w| matches!(*w, "client" | "http" | "sim"));
+    let peers = if needs_peers {
+        Peers::install()
+    } else {
+        Peers {
+            sglang: None,
+            abench: None,
+            oha: None,
+            tokenizer: PathBuf::new(),
+            missing: Vec::new(),
+        }
+    };
+    let mut rep = Report::default();
+    rep.notes.extend(peers.missing.iter().cloned());
+    let mut best_client = 0.0f64;
+    for w in &wanted {
+        let r = match *w {
+            "client" => client_scenario(&bench, &peers, &mut rep),
+            "http" => http_scenario(&bench, &peers, &mut rep),
+            "fidelity" => fidelity_scenario(&bench, &mut rep),
+            "scale" => scale_scenario(&bench, &mut rep, scale_seconds),
+            "long" => long_scenario(&bench, &mut rep),
+            "sim" => {
+                if best_client == 0.0 {
+                    best_client = rep
+                        .scenarios
+                        .iter()
+                        .find_map(|s| s["best_bench_turns_per_s"].as_f64())
+                        .unwrap_or(0.0);
+                }
+                if best_client == 0.0 {
+                    // No client scenario in this invocation: measure ours at C=256 first.
+                    let sim = Sim::start(&bench, &["--instant"], Some("0"))?;
+                    let (r, _) = bench_run(
+                        &bench,
+                        &sim,
+                        Some("1"),
+                        256,
+                        &[
+                            "--dataset",
+                            "random",
+                            "--turns",
+                            "1",
+                            "--input-increment",
+                            "256",
+                            "--output-len",
+                            "64",
+                            "--num-sessions",
+                            "20000",
+                        ],
+                    )?;
+                    best_client = r.turns_per_s();
+                }
+                sim_scenario(&bench, &peers, &mut rep, best_client)
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = r {
+            eprintln!("xtask perf: scenario {w} failed: {e:#}");
+            rep.notes.push(format!("scenario {w} failed: {e:#}"));
+        }
+    }
+    let summary = json!({
+        "generated_utc": utc_now(),
+        "host_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "pinned": can_pin(),
+        "wall_s": t0.elapsed().as_secs_f64(),
+        "targets": rep.targets,
+        "scenarios": rep.scenarios,
+        "notes": rep.notes,
+        "peers": {
+            "sglang-bench": format!("sglang=={SGLANG_VERSION} wheel, rust_extensions/_bench, loaded directly"),
+            "agentic-bench": format!("agentic-bench=={ABENCH_VERSION}"),
+            "oha": format!("oha {OHA_VERSION} (cargo install)"),
+        },
+    });
+    let path = perf_dir().join("summary.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&summary)?)?;
+    println!("{}", markdown(&summary));
+    eprintln!(
+        "xtask perf: wrote {} ({:.0} s)",
+        path.display(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn utc_now() -> String {
+    Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// The summary as markdown: targets, then every client run.
+fn markdown(s: &Value) -> String {
+    let mut m = String::from("| target | wanted | measured | met |\n|---|---|---|---|\n");
+    for t in s["targets"].as_array().into_iter().flatten() {
+        m.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            t["target"].as_str().unwrap_or(""),
+            t["wanted"].as_str().unwrap_or(""),
+            t["measured"].as_str().unwrap_or(""),
+            match t["met"].as_bool() {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "n/a",
+            }
+        ));
+    }
+    m.push_str("\n| scenario | client | C | turns ok | failed | turns/s | client CPU-s / 1k turns | client peak RSS MB | sim CPU-s / 1k turns |\n|---|---|---|---|---|---|---|---|---|\n");
+    for sc in s["scenarios"].as_array().into_iter().flatten() {
+        let name = sc["scenario"].as_str().unwrap_or("");
+        let runs: Vec<&Value> = match (&sc["runs"], &sc["run"]) {
+            (Value::Array(a), _) => a
+                .iter()
+                .map(|r| if r["run"].is_object() { &r["run"] } else { r })
+                .collect(),
+            (_, r @ Value::Object(_)) => vec![r],
+            _ => vec![],
+        };
+        for r in runs {
+            m.push_str(&format!(
+                "| {name} | {} | {} | {} | {} | {:.0} | {:.3} | {:.0} | {:.3} |\n",
+                r["client"].as_str().unwrap_or(""),
+                r["concurrency"],
+                r["turns_ok"],
+                r["turns_failed"],
+                r["turns_per_s"].as_f64().unwrap_or(f64::NAN),
+                r["client_cpu_s_per_1k_turns"].as_f64().unwrap_or(f64::NAN),
+                r["client_peak_rss_mb"].as_f64().unwrap_or(f64::NAN),
+                r["sim_cpu_s_per_1k_turns"].as_f64().unwrap_or(f64::NAN),
+            ));
+        }
+    }
+    for n in s["notes"].as_array().into_iter().flatten() {
+        m.push_str(&format!("\nNote: {}\n", n.as_str().unwrap_or("")));
+    }
+    m
+}
