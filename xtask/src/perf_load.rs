@@ -56,9 +56,10 @@ fn command(prog: &Path, cpu: Option<&str>) -> Command {
     }
 }
 
-/// `bench sim` in its own process.
+/// The server a scenario drives: `bench sim` in its own process, or the in-process discard
+/// server ([`discard_server`]).
 struct Sim {
-    child: Child,
+    child: Option<Child>,
     url: String,
     pid: u32,
 }
@@ -81,7 +82,11 @@ impl Sim {
             .to_owned();
         // taskset execs the simulator: same pid.
         let pid = child.id();
-        Ok(Sim { child, url, pid })
+        Ok(Sim {
+            child: Some(child),
+            url,
+            pid,
+        })
     }
 
     /// CPU seconds used so far (user + system).
@@ -92,8 +97,109 @@ impl Sim {
 
 impl Drop for Sim {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A minimal HTTP/1.1 server in this process that reads each request whole and discards it
+/// (no parsing beyond the head), then answers a fixed 16-token SSE stream with `usage`: the
+/// cheapest server a client can be measured against. Its CPU is this process's.
+fn discard_server() -> Result<Sim> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let url = format!("http://{}", l.local_addr()?);
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(s) = s else { continue };
+            std::thread::spawn(move || discard_conn(s));
+        }
+    });
+    Ok(Sim {
+        child: None,
+        url,
+        pid: std::process::id(),
+    })
+}
+
+fn discard_conn(mut s: TcpStream) {
+    let _ = s.set_nodelay(true);
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut have = 0usize;
+    let mut sse = String::new();
+    for i in 0..16 {
+        sse.push_str(&format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"w{i} \"}}}}]}}\n\n"
+        ));
+    }
+    loop {
+        // The head.
+        let end = loop {
+            if let Some(e) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
+                break e + 4;
+            }
+            if have == buf.len() {
+                return;
+            }
+            match s.read(&mut buf[have..]) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => have += n,
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let get = head.starts_with("get ");
+        // The body, discarded as it comes.
+        let mut left = len;
+        let in_buf = (have - end).min(left);
+        left -= in_buf;
+        let rest = have - end - in_buf;
+        buf.copy_within(end + in_buf..have, 0);
+        have = rest;
+        while left > 0 {
+            match s.read(&mut buf[have..]) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    let used = n.min(left);
+                    left -= used;
+                    buf.copy_within(have + used..have + n, have);
+                    have += n - used;
+                }
+            }
+        }
+        let (ctype, body) = if get && head.starts_with("get /v1/models") {
+            (
+                "application/json",
+                r#"{"object":"list","data":[{"id":"discard","object":"model","owned_by":"discard","max_model_len":1000000}]}"#.to_owned(),
+            )
+        } else if get {
+            ("text/plain", String::new())
+        } else {
+            (
+                "text/event-stream",
+                format!(
+                    "{sse}data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"length\"}}],\"usage\":{{\"prompt_tokens\":{},\"completion_tokens\":16}}}}\n\ndata: [DONE]\n\n",
+                    len / 4
+                ),
+            )
+        };
+        let status = if get && !head.starts_with("get /v1/models") {
+            "404 Not Found"
+        } else {
+            "200 OK"
+        };
+        let resp = format!(
+            "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if s.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
     }
 }
 
@@ -664,9 +770,30 @@ fn http_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> {
 /// cores serve, and start over a 2 s ramp-up; a run without waits shows saturation.
 fn fidelity_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
     let mut rows = Vec::new();
-    for (label, gap, turns) in [
-        ("tool waits, mean 1 s", "exponential:1000", "10"),
-        ("no tool waits", "zero", "5"),
+    let mut p99s = Vec::new();
+    // Three runs with tool waits (the machine is shared: the median of three is reported, each
+    // is listed), then one without waits and without a ramp-up, which asks for far more than
+    // two cores serve.
+    for (label, gap, turns, ramp) in [
+        (
+            "tool waits, mean 1 s (1 of 3)",
+            "exponential:1000",
+            "10",
+            "2s",
+        ),
+        (
+            "tool waits, mean 1 s (2 of 3)",
+            "exponential:1000",
+            "10",
+            "2s",
+        ),
+        (
+            "tool waits, mean 1 s (3 of 3)",
+            "exponential:1000",
+            "10",
+            "2s",
+        ),
+        ("no tool waits, no ramp-up", "zero", "20", "0.001s"),
     ] {
         let sim = Sim::start(bench, &["--ttft-ms", "20", "--itl-ms", "5"], None)?;
         eprintln!("xtask perf fidelity: C=1000, {label}");
@@ -687,47 +814,50 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
                 "--gap-policy",
                 gap,
                 "--ramp-up",
-                "2s",
+                ramp,
                 "--num-sessions",
                 "1000",
             ],
         )?;
         let t = &r["overall"]["ttft_ms"];
         let over = |k: &str| t[k].as_f64().map(|x| x - 20.0);
-        let row = json!({
+        rows.push(json!({
             "variant": label,
             "run": run.to_json(),
             "ttft_minus_20ms": {"p50": over("p50"), "p90": over("p90"), "p99": over("p99"), "max": over("max")},
             "dispatch_lag_ms": r["overall"]["dispatch_lag_ms"],
             "turns_per_s": run.turns_per_s(),
-        });
+        }));
         if gap != "zero" {
-            let p99 = over("p99");
-            rep.target(
-                "timing fidelity: TTFT − 20 ms p99, C=1000 (tool waits, mean 1 s)",
-                "≤ 1 ms",
-                format!(
-                    "{} ms (p50 {} ms; {:.0} turns/s)",
-                    p99.map_or("-".into(), |x| format!("{x:.2}")),
-                    over("p50").map_or("-".into(), |x| format!("{x:.2}")),
-                    run.turns_per_s()
-                ),
-                p99.map(|x| x <= 1.0 && run.turns_failed == 0),
-            );
+            p99s.push((over("p99").unwrap_or(f64::INFINITY), over("p50"), run));
         } else {
             rep.notes.push(format!(
-                "fidelity without tool waits (C=1000 asking for ~{:.0} turns/s, both cores saturated): TTFT − 20 ms p50 {:.2} ms, p99 {:.2} ms at {:.0} turns/s",
-                1000.0 / 0.04,
+                "fidelity without tool waits or ramp-up (1,000 sessions back to back, asking for ~28,000 turns/s): {:.0} turns/s; TTFT − 20 ms p50 {:.2} ms, p99 {:.2} ms; dispatch lag p99 {:.1} ms: requests leave on time and wait in the saturated simulator, which shares the two cores with the client; the TTFT shows that wait",
+                run.turns_per_s(),
                 over("p50").unwrap_or(f64::NAN),
                 over("p99").unwrap_or(f64::NAN),
-                run.turns_per_s()
+                r["overall"]["dispatch_lag_ms"]["p99"].as_f64().unwrap_or(f64::NAN),
             ));
         }
-        rows.push(row);
+    }
+    p99s.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some((p99, p50, run)) = p99s.get(p99s.len() / 2) {
+        let all: Vec<String> = p99s.iter().map(|x| format!("{:.2}", x.0)).collect();
+        rep.target(
+            "timing fidelity: TTFT − 20 ms p99, C=1000 (tool waits, mean 1 s)",
+            "≤ 1 ms",
+            format!(
+                "{p99:.2} ms, median of 3 runs ({} ms; p50 {} ms; {:.0} turns/s)",
+                all.join(", "),
+                p50.map_or("-".into(), |x| format!("{x:.2}")),
+                run.turns_per_s()
+            ),
+            Some(*p99 <= 1.0 && p99s.iter().all(|x| x.2.turns_failed == 0)),
+        );
     }
     rep.scenarios.push(json!({
         "scenario": "fidelity",
-        "what": "bench sim --ttft-ms 20 --itl-ms 5, 4 output tokens, 1,000 sessions in flight (--ramp-up 2s), no pinning",
+        "what": "bench sim --ttft-ms 20 --itl-ms 5, 4 output tokens, 1,000 sessions in flight (--ramp-up 2s; exponential tool waits, mean 1 s), no pinning; three runs, then one without waits or ramp-up",
         "runs": rows,
     }));
     Ok(())
@@ -845,35 +975,29 @@ fn loopback_copy(bytes: usize, c: usize, turns: usize) -> Result<f64> {
     Ok((per * c) as f64 / wall)
 }
 
-/// Long context: 100K-token prompts; turns/s against the loopback copy floor.
-fn long_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
+/// Long context: 100K-token prompts. The client against the discard server (which reads every
+/// byte and parses nothing) is compared with copying the same bytes over loopback; the same
+/// load against the simulator shows what parsing and prefix-caching them costs a server.
+fn long_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> {
     let c = 8u32;
-    let n = 400u64;
-    let sim = Sim::start(
-        bench,
-        &["--instant", "--max-model-len", "200000"],
-        Some("0"),
-    )?;
-    eprintln!("xtask perf long: 100K-token prompts, C={c}, {n} turns");
-    let ns = n.to_string();
-    let (run, r) = bench_run(
-        bench,
-        &sim,
-        Some("1"),
-        c,
-        &[
-            "--dataset",
-            "random",
-            "--turns",
-            "1",
-            "--input-increment",
-            "100000",
-            "--output-len",
-            "16",
-            "--num-sessions",
-            &ns,
-        ],
-    )?;
+    // 100 distinct prompts, replayed for 5 s (each replay gets its cache-bust marker).
+    let args = [
+        "--dataset",
+        "random",
+        "--turns",
+        "1",
+        "--input-increment",
+        "100000",
+        "--output-len",
+        "16",
+        "--num-sessions",
+        "100",
+        "--duration",
+        "5s",
+    ];
+    let discard = discard_server()?;
+    eprintln!("xtask perf long: 100K-token prompts, C={c}, 5 s, discard server");
+    let (run, r) = bench_run(bench, &discard, None, c, &args)?;
     // The body size: ~4 bytes per token of text plus the JSON around it.
     let input_tokens = r["overall"]["input_throughput_tok_s"]
         .as_f64()
@@ -895,10 +1019,62 @@ fn long_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
         ),
         Some(ratio <= 2.0 && run.turns_failed == 0),
     );
+    let sim = Sim::start(
+        bench,
+        &["--instant", "--max-model-len", "200000"],
+        Some("0"),
+    )?;
+    eprintln!("xtask perf long: the same against bench sim --instant");
+    let (with_sim, _) = bench_run(bench, &sim, Some("1"), c, &args)?;
+    rep.notes.push(format!(
+        "long context against bench sim --instant: {:.0} turns/s; the simulator spends {:.2} ms of CPU per 100K-token request (JSON parsing and prefix-cache block hashing), the client {:.2} ms (its planning of 100 distinct 400 KB prompts included)",
+        with_sim.turns_per_s(),
+        with_sim.sim_cpu_s / with_sim.turns_ok.max(1) as f64 * 1000.0,
+        with_sim.cpu_per_1k(),
+    ));
+    let mut runs = vec![];
+    if let Some(py) = &peers.abench {
+        eprintln!("xtask perf long: agentic-bench, 100K-token prompts, discard server");
+        let a = vec![
+            script("perf_abench.py"),
+            "--base-url".into(),
+            discard.url.clone(),
+            "--model".into(),
+            "discard".into(),
+            "--concurrency".into(),
+            c.to_string(),
+            "--num-requests".into(),
+            "400".into(),
+            "--input-tokens".into(),
+            "100000".into(),
+            "--output-tokens".into(),
+            "16".into(),
+        ];
+        match peer_run("agentic-bench", py, a, &discard, None, c) {
+            Ok(mut p) => {
+                p.client = "agentic-bench (vs discard server)".into();
+                rep.notes.push(format!(
+                    "long context, agentic-bench against the same discard server: {:.0} turns/s, {:.2} ms of client CPU per turn",
+                    p.turns_per_s(),
+                    p.cpu_per_1k()
+                ));
+                runs.push(p.to_json());
+            }
+            Err(e) => rep
+                .notes
+                .push(format!("agentic-bench, long context: {e:#}")),
+        }
+    }
+    let mut with_sim_json = with_sim.to_json();
+    with_sim_json["client"] = json!("bench (vs bench sim)");
+    let mut run_json = run.to_json();
+    run_json["client"] = json!("bench (vs discard server)");
+    let mut all_runs = vec![run_json, with_sim_json];
+    all_runs.extend(runs);
     rep.scenarios.push(json!({
         "scenario": "long",
-        "what": "single turns with 100K-token prompts (≈ 400 KB bodies), 16 output tokens, C=8, bench sim --instant on CPU 0, client on CPU 1; loopback copy: the same bytes per turn over 8 TCP connections, one byte back",
-        "run": run.to_json(),
+        "what": "single turns with 100K-token prompts (≈ 400 KB bodies; 100 distinct, replayed for 5 s), 16 output tokens, C=8: against an in-process discard server (reads every byte, parses nothing; unpinned), then against bench sim --instant (CPU 0, client CPU 1); loopback copy: the same bytes per turn over 8 TCP connections, one byte back",
+        "runs": all_runs,
         "body_bytes": body_bytes,
         "loopback_copy_turns_per_s": copy,
     }));
@@ -972,7 +1148,7 @@ pub fn run(which: &[String], scale_seconds: u32) -> Result<()> {
     let bench = root.join("target/release/bench");
     let needs_peers = wanted
         .iter()
-        .any(|w| matches!(*w, "client" | "http" | "sim"));
+        .any(|w| matches!(*w, "client" | "http" | "sim" | "long"));
     let peers = if needs_peers {
         Peers::install()
     } else {
@@ -993,7 +1169,7 @@ pub fn run(which: &[String], scale_seconds: u32) -> Result<()> {
             "http" => http_scenario(&bench, &peers, &mut rep),
             "fidelity" => fidelity_scenario(&bench, &mut rep),
             "scale" => scale_scenario(&bench, &mut rep, scale_seconds),
-            "long" => long_scenario(&bench, &mut rep),
+            "long" => long_scenario(&bench, &peers, &mut rep),
             "sim" => {
                 if best_client == 0.0 {
                     best_client = rep

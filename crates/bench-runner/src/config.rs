@@ -133,7 +133,20 @@ impl RunConfig {
     /// The request body: a concatenation of constant pieces and the conversation so far
     /// (`messages` is the comma-separated message objects, already JSON).
     pub fn body(&self, messages: &str, max_output_tokens: u32) -> String {
-        let mut b = String::with_capacity(messages.len() + 256);
+        self.body_with_head(None, messages, max_output_tokens)
+    }
+
+    /// [`RunConfig::body`] with `head` (a message shared by many sessions, such as the plan's
+    /// system prompt) written before `messages`: each session then keeps only its own part of
+    /// the conversation, not a copy of the shared prompt.
+    pub fn body_with_head(
+        &self,
+        head: Option<&bench_workload::plan::PlannedMessage>,
+        messages: &str,
+        max_output_tokens: u32,
+    ) -> String {
+        let head_len = head.map_or(0, |h| h.json_len() + 1);
+        let mut b = String::with_capacity(head_len + messages.len() + 256);
         let has = |k: &str| self.extra_body.contains_key(k);
         b.push('{');
         if !has("model") {
@@ -142,6 +155,12 @@ impl RunConfig {
             b.push(',');
         }
         b.push_str("\"messages\":[");
+        if let Some(h) = head {
+            h.write_json(&mut b);
+            if !messages.is_empty() {
+                b.push(',');
+            }
+        }
         b.push_str(messages);
         b.push(']');
         let cap = if self.legacy_max_tokens {

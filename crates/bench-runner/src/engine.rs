@@ -508,21 +508,42 @@ async fn play_session<T: Transport>(
     let play_start = Instant::now();
     let session_start = arrival.unwrap_or(play_start);
     // The conversation so far, as comma-separated message objects: built once, appended to.
-    let mut messages = String::new();
+    // Its whole size is known from the plan: reserved exactly, so that growing it never
+    // doubles its capacity (10,000 sessions with an 8K-token system prompt would otherwise
+    // hold up to twice their text).
+    let marker_len = 64 + sess.id.len();
+    let full: usize = marker_len
+        + sess
+            .turns
+            .iter()
+            .map(|t| {
+                t.input_delta
+                    .iter()
+                    .map(|m| m.json_len() + 1)
+                    .sum::<usize>()
+                    + t.assistant.json_len()
+                    + 1
+            })
+            .sum::<usize>();
+    let mut messages = String::with_capacity(full);
     let marker = match (cfg.cache_bust, ph.warmup) {
         (true, true) => Some(format!("[bench warmup {}]", sess.id)),
         (true, false) if replay > 0 => Some(format!("[bench replay {}#{replay}]", sess.id)),
         _ => None,
     };
     let mut extra_tokens = 0u64;
+    // The shared system prompt stays shared: the body writes it before the session's own
+    // messages (only a marked replay or warmup gets a copy of its own, with the marker).
+    let mut head = None;
     match (&sess.system, &marker) {
         (Some(sys), Some(m)) => {
+            messages.reserve_exact(sys.json_len() + m.len() + 16);
             messages.push_str(sys.json_prefix());
             messages.push_str(&splice_marker(&sys.content_json, &format!("\n{m}")));
             messages.push('}');
             extra_tokens += (m.len() as u64).div_ceil(4);
         }
-        (Some(sys), None) => sys.write_json(&mut messages),
+        (Some(sys), None) => head = Some(&**sys),
         (None, Some(m)) => {
             messages.push_str("{\"role\":\"system\",\"content\":");
             messages.push_str(&serde_json::to_string(m).unwrap_or_default());
@@ -584,7 +605,7 @@ async fn play_session<T: Transport>(
             }
             m.write_json(&mut messages);
         }
-        let body = cfg.body(&messages, turn.max_output_tokens);
+        let body = cfg.body_with_head(head, &messages, turn.max_output_tokens);
         // Per-request timeout: the tighter of the turn timeout and what is left of the fuse.
         let mut timeout = cfg.turn_timeout;
         if let Some(f) = sh.fuse {

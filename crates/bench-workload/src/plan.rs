@@ -427,6 +427,11 @@ impl PlannedMessage {
         }
     }
 
+    /// The length in bytes of the message's JSON object (what [`Self::write_json`] appends).
+    pub fn json_len(&self) -> usize {
+        self.json_prefix().len() + self.content_json.len() + 1
+    }
+
     /// Appends the message's JSON object to `out`.
     pub fn write_json(&self, out: &mut String) {
         out.push_str(self.json_prefix());
