@@ -18,7 +18,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use bench_runner::RunConfig;
+use bench_runner::{Conversation, RunConfig};
 use bench_workload::plan::{
     DatasetSpec, PlanConfig, PlannedSession, PlannedTurn, SyntheticSpec, build_plan,
 };
@@ -80,6 +80,26 @@ fn play(cfg: &RunConfig, sess: &PlannedSession) -> usize {
         sent += body.len();
         black_box(body);
         append_answer(&mut messages, turn);
+    }
+    sent
+}
+
+/// The engine's path since the conversation became pieces: the same turns through a
+/// [`Conversation`] and [`RunConfig::body_segments`] (long texts shared, never copied).
+fn play_segments(cfg: &RunConfig, sess: &PlannedSession) -> u64 {
+    let mut conv = Conversation::with_capacity(0);
+    let head = sess.system.as_deref();
+    let mut sent = 0;
+    for turn in &sess.turns {
+        for m in &turn.input_delta {
+            conv.comma();
+            conv.push_msg(m);
+        }
+        let body = cfg.body_segments(head, &conv, turn.max_output_tokens);
+        sent += body.len();
+        black_box(body);
+        conv.comma();
+        conv.push_msg(&turn.assistant);
     }
     sent
 }
@@ -148,6 +168,16 @@ fn bench(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(sent as u64));
         g.bench_function(format!("session/{name}"), |b| {
             b.iter(|| play(&cfg, black_box(sess)))
+        });
+
+        let seg_sent = play_segments(&cfg, sess);
+        assert_eq!(
+            seg_sent, sent as u64,
+            "the pieces add up to the same bodies"
+        );
+        g.throughput(Throughput::Bytes(seg_sent));
+        g.bench_function(format!("session_segments/{name}"), |b| {
+            b.iter(|| play_segments(&cfg, black_box(sess)))
         });
     }
     g.finish();

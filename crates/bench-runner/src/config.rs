@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use serde::Serialize;
 
@@ -147,14 +148,7 @@ impl RunConfig {
     ) -> String {
         let head_len = head.map_or(0, |h| h.json_len() + 1);
         let mut b = String::with_capacity(head_len + messages.len() + 256);
-        let has = |k: &str| self.extra_body.contains_key(k);
-        b.push('{');
-        if !has("model") {
-            b.push_str("\"model\":");
-            b.push_str(&serde_json::to_string(&self.model).unwrap_or_default());
-            b.push(',');
-        }
-        b.push_str("\"messages\":[");
+        self.open_body(&mut b);
         if let Some(h) = head {
             h.write_json(&mut b);
             if !messages.is_empty() {
@@ -162,6 +156,57 @@ impl RunConfig {
             }
         }
         b.push_str(messages);
+        self.close_body(&mut b, max_output_tokens);
+        b
+    }
+
+    /// The same body as [`RunConfig::body_with_head`], as pieces sent without being joined:
+    /// the conversation's own pieces ([`crate::Conversation`]) and a long shared `head` are
+    /// not copied.
+    pub fn body_segments(
+        &self,
+        head: Option<&bench_workload::plan::PlannedMessage>,
+        conv: &crate::Conversation,
+        max_output_tokens: u32,
+    ) -> bench_transport::Segments {
+        let mut parts = Vec::with_capacity(conv.pieces_len() + 5);
+        let mut b = String::with_capacity(256);
+        self.open_body(&mut b);
+        if let Some(h) = head {
+            if crate::conv::is_long(h) {
+                b.push_str(h.json_prefix());
+                parts.push(Bytes::from(std::mem::take(&mut b)));
+                parts.push(crate::conv::shared(h));
+                b.push('}');
+            } else {
+                h.write_json(&mut b);
+            }
+            if !conv.is_empty() {
+                b.push(',');
+            }
+        }
+        parts.push(Bytes::from(b));
+        conv.pieces(&mut parts);
+        let mut b = String::with_capacity(192);
+        self.close_body(&mut b, max_output_tokens);
+        parts.push(Bytes::from(b));
+        bench_transport::Segments::new(parts)
+    }
+
+    /// `{"model":…,"messages":[`.
+    fn open_body(&self, b: &mut String) {
+        b.push('{');
+        if !self.extra_body.contains_key("model") {
+            b.push_str("\"model\":");
+            b.push_str(&serde_json::to_string(&self.model).unwrap_or_default());
+            b.push(',');
+        }
+        b.push_str("\"messages\":[");
+    }
+
+    /// `],…}`: the output cap, `ignore_eos`, streaming and the extra body.
+    fn close_body(&self, b: &mut String, max_output_tokens: u32) {
+        let has = |k: &str| self.extra_body.contains_key(k);
         b.push(']');
         let cap = if self.legacy_max_tokens {
             "max_tokens"
@@ -197,7 +242,6 @@ impl RunConfig {
             b.push_str(&v.to_string());
         }
         b.push('}');
-        b
     }
 
     /// Per-request headers of a session (its routing key).

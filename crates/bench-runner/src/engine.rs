@@ -8,14 +8,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bench_report::record::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
-use bench_transport::{Client, ErrorKind, RequestOptions, TurnOutcome};
+use bench_transport::{Client, ErrorKind, RequestOptions, Segments, TurnOutcome};
 use bench_workload::plan::{Plan, PlannedSession};
-use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::config::{Arrival, ArrivalProcess, ContentMode, RunConfig};
+use crate::conv::Conversation;
 use crate::observer::{Observer, Phase, RunEvent};
 
 /// Turns in a warmup session play (`--warmup-sessions`).
@@ -25,11 +25,12 @@ pub const WARMUP_TURNS: usize = 3;
 /// and embedders may script their own (the engine reads time from tokio, so a transport that
 /// sleeps on tokio's clock runs under a paused test clock).
 pub trait Transport: Send + Sync + 'static {
-    /// Sends one chat request body and measures the answer. `opts.timeout` bounds the whole
-    /// request; exceeding it is an error of kind [`ErrorKind::Timeout`].
+    /// Sends one chat request body (pieces to send in order: [`Segments::to_bytes`] joins them)
+    /// and measures the answer. `opts.timeout` bounds the whole request; exceeding it is an
+    /// error of kind [`ErrorKind::Timeout`].
     fn send_turn(
         &self,
-        body: Bytes,
+        body: Segments,
         stream: bool,
         opts: &RequestOptions,
     ) -> impl Future<Output = Result<TurnOutcome, bench_transport::Error>> + Send;
@@ -38,11 +39,11 @@ pub trait Transport: Send + Sync + 'static {
 impl Transport for Client {
     fn send_turn(
         &self,
-        body: Bytes,
+        body: Segments,
         stream: bool,
         opts: &RequestOptions,
     ) -> impl Future<Output = Result<TurnOutcome, bench_transport::Error>> + Send {
-        self.chat_body(body, stream, opts)
+        self.chat_segments(body, stream, opts)
     }
 }
 
@@ -525,7 +526,7 @@ async fn play_session<T: Transport>(
                     + 1
             })
             .sum::<usize>();
-    let mut messages = String::with_capacity(full);
+    let mut messages = Conversation::with_capacity(full);
     let marker = match (cfg.cache_bust, ph.warmup) {
         (true, true) => Some(format!("[bench warmup {}]", sess.id)),
         (true, false) if replay > 0 => Some(format!("[bench replay {}#{replay}]", sess.id)),
@@ -537,17 +538,16 @@ async fn play_session<T: Transport>(
     let mut head = None;
     match (&sess.system, &marker) {
         (Some(sys), Some(m)) => {
-            messages.reserve_exact(sys.json_len() + m.len() + 16);
             messages.push_str(sys.json_prefix());
             messages.push_str(&splice_marker(&sys.content_json, &format!("\n{m}")));
-            messages.push('}');
+            messages.push_str("}");
             extra_tokens += (m.len() as u64).div_ceil(4);
         }
         (Some(sys), None) => head = Some(&**sys),
         (None, Some(m)) => {
             messages.push_str("{\"role\":\"system\",\"content\":");
             messages.push_str(&serde_json::to_string(m).unwrap_or_default());
-            messages.push('}');
+            messages.push_str("}");
             extra_tokens += (m.len() as u64).div_ceil(4) + 5;
         }
         (None, None) => {}
@@ -600,12 +600,10 @@ async fn play_session<T: Transport>(
             }
         }
         for m in &turn.input_delta {
-            if !messages.is_empty() {
-                messages.push(',');
-            }
-            m.write_json(&mut messages);
+            messages.comma();
+            messages.push_msg(m);
         }
-        let body = cfg.body_with_head(head, &messages, turn.max_output_tokens);
+        let body = cfg.body_segments(head, &messages, turn.max_output_tokens);
         // Per-request timeout: the tighter of the turn timeout and what is left of the fuse.
         let mut timeout = cfg.turn_timeout;
         if let Some(f) = sh.fuse {
@@ -623,7 +621,7 @@ async fn play_session<T: Transport>(
             turn_index: turn.index,
         });
         let result = tokio::select! {
-            r = sh.client.send_turn(Bytes::from(body), cfg.stream, &opts) => r,
+            r = sh.client.send_turn(body, cfg.stream, &opts) => r,
             () = sh.cancel.aborted() => Err(bench_transport::Error::new(
                 ErrorKind::Cancelled,
                 "the run was aborted while the turn was in flight",
@@ -642,18 +640,16 @@ async fn play_session<T: Transport>(
             any_failed = true;
         }
         // The answer joins the context: recorded text (trace mode) or what the server said.
-        if !messages.is_empty() {
-            messages.push(',');
-        }
+        messages.comma();
         match (cfg.content_mode, &result) {
             (ContentMode::Model, Ok(o)) => {
                 messages.push_str("{\"role\":\"assistant\",\"content\":");
                 messages.push_str(&serde_json::to_string(&o.content).unwrap_or_default());
-                messages.push('}');
+                messages.push_str("}");
                 est_shift +=
                     rec.output_tokens.unwrap_or(0) as i64 - i64::from(turn.assistant.tokens);
             }
-            _ => turn.assistant.write_json(&mut messages),
+            _ => messages.push_msg(&turn.assistant),
         }
         // The record reaches the observers (and the run directory, the OS) before the next turn.
         sh.turn_finished(rec);

@@ -36,9 +36,11 @@
 //! ```
 
 pub mod config;
+pub mod conv;
 pub mod engine;
 pub mod observer;
 
 pub use config::{Arrival, ArrivalProcess, ContentMode, RunConfig};
+pub use conv::Conversation;
 pub use engine::{CancelToken, RunOutcome, StopReason, Transport, WARMUP_TURNS, run};
 pub use observer::{Observer, Phase, RunDirWriter, RunEvent};

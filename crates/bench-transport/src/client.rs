@@ -37,7 +37,9 @@ use bytes::Bytes;
 use http::header::HOST;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
+
+use crate::body::Segments;
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -167,14 +169,14 @@ struct ClientStats {
 
 /// An idle pooled connection.
 struct IdleConn {
-    sender: http1::SendRequest<Full<Bytes>>,
+    sender: http1::SendRequest<Segments>,
     stats: Arc<ConnStats>,
     since: Instant,
 }
 
 /// A connection checked out for one request.
 struct Conn {
-    sender: http1::SendRequest<Full<Bytes>>,
+    sender: http1::SendRequest<Segments>,
     stats: Arc<ConnStats>,
     /// It came from the pool (it carried an earlier request).
     reused: bool,
@@ -339,13 +341,13 @@ impl Client {
         &self,
         method: &Method,
         uri: &Uri,
-        body: &Bytes,
+        body: &Segments,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> Result<Request<Full<Bytes>>, Error> {
+    ) -> Result<Request<Segments>, Error> {
         let mut req = Request::builder()
             .method(method.clone())
             .uri(uri.clone())
-            .body(Full::new(body.clone()))
+            .body(body.clone())
             .map_err(|e| Error::new(ErrorKind::InvalidRequest, e.to_string()))?;
         let h = req.headers_mut();
         h.insert(HOST, self.host.clone());
@@ -429,7 +431,7 @@ impl Client {
         &self,
         method: Method,
         path: &str,
-        body: Bytes,
+        body: Segments,
         extra: &[(HeaderName, HeaderValue)],
     ) -> Result<(hyper::Response<Incoming>, Conn, u32), Error> {
         let uri = self.path(path)?;
@@ -478,7 +480,7 @@ impl Client {
     ) -> Result<SimpleResponse, Error> {
         let timeout = timeout.unwrap_or(self.timeout);
         let fut = async {
-            let (resp, conn, _) = self.send(method, path, body, headers).await?;
+            let (resp, conn, _) = self.send(method, path, body.into(), headers).await?;
             let (parts, body) = resp.into_parts();
             let body = body
                 .collect()
@@ -533,7 +535,12 @@ impl Client {
         let sent = Instant::now();
         let fut = async {
             let (resp, conn, _) = self
-                .send(Method::POST, "/v1/chat/completions", body, &opts.headers)
+                .send(
+                    Method::POST,
+                    "/v1/chat/completions",
+                    body.into(),
+                    &opts.headers,
+                )
                 .await?;
             let (parts, mut body) = resp.into_parts();
             if !parts.status.is_success() {
@@ -575,6 +582,17 @@ impl Client {
         stream: bool,
         opts: &RequestOptions,
     ) -> Result<TurnOutcome, Error> {
+        self.chat_segments(body.into(), stream, opts).await
+    }
+
+    /// [`Client::chat_body`] with a body of pieces sent as they are (vectored writes): a long
+    /// conversation held as shared pieces is never joined into one buffer.
+    pub async fn chat_segments(
+        &self,
+        body: Segments,
+        stream: bool,
+        opts: &RequestOptions,
+    ) -> Result<TurnOutcome, Error> {
         let timeout = opts.timeout.unwrap_or(self.timeout);
         let sent = Instant::now();
         let deadline = tokio::time::Instant::from_std(sent + timeout);
@@ -594,7 +612,7 @@ impl Client {
 
     async fn chat_inner(
         &self,
-        body: Bytes,
+        body: Segments,
         stream: bool,
         opts: &RequestOptions,
         sent: Instant,

@@ -26,12 +26,14 @@
 //! Timestamps are taken when body bytes arrive, before any parsing; event data is borrowed from
 //! the received chunk when possible and chunk JSON is parsed with borrowed strings.
 
+pub mod body;
 pub mod client;
 pub mod error;
 pub mod openai;
 pub mod sse;
 pub mod stream;
 
+pub use body::Segments;
 pub use client::{Auth, Client, ClientConfig, RequestOptions, SimpleResponse};
 pub use error::{Error, ErrorKind};
 pub use openai::{ChatMessage, ChatRequest, Role, StreamOptions, Usage};

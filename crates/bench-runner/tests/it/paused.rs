@@ -15,7 +15,7 @@ use bench_runner::{
     Arrival, ArrivalProcess, CancelToken, Observer, Phase, RunConfig, RunEvent, RunOutcome,
     StopReason, Transport, WARMUP_TURNS, run,
 };
-use bench_transport::{Error, ErrorKind, RequestOptions, TurnOutcome, Usage};
+use bench_transport::{Error, ErrorKind, RequestOptions, Segments, TurnOutcome, Usage};
 use bench_workload::plan::{Msg, Plan, PlannedMessage, PlannedSession, PlannedTurn, Role};
 use bytes::Bytes;
 use tokio::time::{Instant, sleep, sleep_until};
@@ -216,12 +216,12 @@ impl Fake {
 impl Transport for Fake {
     fn send_turn(
         &self,
-        body: Bytes,
+        body: Segments,
         stream: bool,
         opts: &RequestOptions,
     ) -> impl Future<Output = Result<TurnOutcome, Error>> + Send {
         let (me, timeout) = (self.clone(), opts.timeout);
-        async move { me.serve(body, stream, timeout).await }
+        async move { me.serve(body.to_bytes(), stream, timeout).await }
     }
 }
 
@@ -1234,11 +1234,11 @@ struct PanicsOnS1T1(Fake);
 impl Transport for PanicsOnS1T1 {
     fn send_turn(
         &self,
-        body: Bytes,
+        body: Segments,
         stream: bool,
         opts: &RequestOptions,
     ) -> impl Future<Output = Result<TurnOutcome, Error>> + Send {
-        let boom = String::from_utf8_lossy(&body).contains("s1/t1");
+        let boom = String::from_utf8_lossy(&body.to_bytes()).contains("s1/t1");
         let inner = self.0.send_turn(body, stream, opts);
         async move {
             assert!(!boom, "scripted transport bug");

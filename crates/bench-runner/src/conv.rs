@@ -1,0 +1,189 @@
+//! The conversation a session has sent so far, as pieces that are sent without being joined.
+//!
+//! Each turn's request carries the whole conversation. Copying it into one buffer per turn
+//! costs O(context) memory traffic per turn (a 100K-token context is ~400 KB); instead the
+//! conversation is a list of shared [`Bytes`]: long messages (≥ [`SHARED_MIN`] bytes of JSON)
+//! are the plan's own text, never copied; short ones are appended to an open run, which is
+//! frozen into a piece once it reaches [`RUN_MAX`]. A turn then copies at most the open run.
+
+use std::sync::Arc;
+
+use bench_workload::plan::PlannedMessage;
+use bytes::Bytes;
+
+/// Messages whose text JSON is at least this long are sent from the plan's copy.
+pub const SHARED_MIN: usize = 16 * 1024;
+/// The open run is frozen into a piece once it is this long.
+pub const RUN_MAX: usize = 64 * 1024;
+
+/// Whether `m` is sent from the plan's copy.
+pub(crate) fn is_long(m: &PlannedMessage) -> bool {
+    m.content_json.len() >= SHARED_MIN
+}
+
+/// The plan's text of `m` as a shared piece (no copy).
+pub(crate) fn shared(m: &PlannedMessage) -> Bytes {
+    struct ArcStr(Arc<str>);
+    impl AsRef<[u8]> for ArcStr {
+        fn as_ref(&self) -> &[u8] {
+            self.0.as_bytes()
+        }
+    }
+    Bytes::from_owner(ArcStr(m.content_json.clone()))
+}
+
+/// Comma-separated JSON message objects, as pieces.
+#[derive(Debug, Default)]
+pub struct Conversation {
+    frozen: Vec<Bytes>,
+    open: String,
+    len: usize,
+}
+
+impl Conversation {
+    /// An empty conversation whose open run has room for `capacity` bytes.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Conversation {
+            frozen: Vec::new(),
+            open: String::with_capacity(capacity.min(RUN_MAX + SHARED_MIN)),
+            len: 0,
+        }
+    }
+
+    /// No message yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes in all.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Appends text (JSON already).
+    pub fn push_str(&mut self, s: &str) {
+        self.open.push_str(s);
+        self.len += s.len();
+        self.maybe_freeze();
+    }
+
+    /// Appends a `,` between messages when there is something before.
+    pub fn comma(&mut self) {
+        if !self.is_empty() {
+            self.push_str(",");
+        }
+    }
+
+    /// Appends a message's JSON object; a long one's text is shared, not copied.
+    pub fn push_msg(&mut self, m: &PlannedMessage) {
+        if is_long(m) {
+            self.open.push_str(m.json_prefix());
+            self.freeze();
+            self.frozen.push(shared(m));
+            self.open.push('}');
+        } else {
+            m.write_json(&mut self.open);
+        }
+        self.len += m.json_len();
+        self.maybe_freeze();
+    }
+
+    fn freeze(&mut self) {
+        if !self.open.is_empty() {
+            let run = std::mem::take(&mut self.open);
+            self.frozen.push(Bytes::from(run));
+        }
+    }
+
+    fn maybe_freeze(&mut self) {
+        if self.open.len() >= RUN_MAX {
+            self.freeze();
+        }
+    }
+
+    /// How many pieces [`Conversation::pieces`] adds.
+    pub fn pieces_len(&self) -> usize {
+        self.frozen.len() + usize::from(!self.open.is_empty())
+    }
+
+    /// Adds the pieces to `out`: the frozen ones shared, the open run copied.
+    pub fn pieces(&self, out: &mut Vec<Bytes>) {
+        out.extend(self.frozen.iter().cloned());
+        if !self.open.is_empty() {
+            out.push(Bytes::copy_from_slice(self.open.as_bytes()));
+        }
+    }
+
+    /// The whole conversation as one string (a copy).
+    pub fn to_string_lossy(&self) -> String {
+        let mut s = String::with_capacity(self.len);
+        for p in &self.frozen {
+            s.push_str(&String::from_utf8_lossy(p));
+        }
+        s.push_str(&self.open);
+        s
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use bench_workload::plan::Role;
+
+    fn msg(role: Role, text: &str) -> PlannedMessage {
+        PlannedMessage {
+            role,
+            content_json: serde_json::to_string(text).unwrap().into(),
+            tokens: 0,
+        }
+    }
+
+    #[test]
+    fn pieces_join_to_the_same_json_as_one_string_and_long_texts_are_shared() {
+        let long = "x".repeat(SHARED_MIN + 10);
+        let msgs = [
+            msg(Role::User, "hi"),
+            msg(Role::Assistant, "hello"),
+            msg(Role::User, &long),
+            msg(Role::Assistant, "ok"),
+        ];
+        let mut c = Conversation::with_capacity(0);
+        let mut flat = String::new();
+        for m in &msgs {
+            c.comma();
+            if !flat.is_empty() {
+                flat.push(',');
+            }
+            c.push_msg(m);
+            m.write_json(&mut flat);
+        }
+        assert_eq!(c.len(), flat.len());
+        assert_eq!(c.to_string_lossy(), flat);
+        let mut parts = Vec::new();
+        c.pieces(&mut parts);
+        assert_eq!(parts.len(), c.pieces_len());
+        let joined: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(joined, flat.as_bytes());
+        // The long text is the plan's own allocation.
+        let text = &msgs[2].content_json;
+        assert!(parts.iter().any(|p| p.as_ptr() == text.as_ptr()));
+    }
+
+    #[test]
+    fn the_open_run_is_frozen_at_its_limit() {
+        let chunk = "y".repeat(1000);
+        let m = msg(Role::User, &chunk);
+        let mut c = Conversation::with_capacity(0);
+        for _ in 0..200 {
+            c.comma();
+            c.push_msg(&m);
+        }
+        assert!(c.pieces_len() >= 3, "{}", c.pieces_len());
+        let mut parts = Vec::new();
+        c.pieces(&mut parts);
+        // Only the open run is copied per turn: it stays under the limit.
+        assert!(parts.last().unwrap().len() < RUN_MAX + SHARED_MIN);
+        assert_eq!(parts.iter().map(Bytes::len).sum::<usize>(), c.len());
+    }
+}
