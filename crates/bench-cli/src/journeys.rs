@@ -74,7 +74,8 @@ pub struct JourneysCmd {
     #[arg(long)]
     pub max_p99_ms: Option<f64>,
     /// Compare with a previous `--output` report: a p50 or p95 regression beyond --threshold
-    /// fails (exit 1); new and skipped journeys are reported, not failed.
+    /// fails (exit 1); new and skipped journeys are reported, not failed. Both sides use the
+    /// median over runs, so one disturbed run of three does not fail the gate.
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
     /// Allowed relative regression against --baseline (0.2 = 20 %).

@@ -105,6 +105,21 @@ fn avg(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
+/// The median of the finite values (the mean of the middle two for an even count).
+fn median(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let mut v: Vec<f64> = values.flatten().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
 impl Summary {
     /// Over `rows`.
     pub fn over(rows: &[RunRow]) -> Summary {
@@ -372,13 +387,13 @@ impl Verdict {
 pub struct CompareRow {
     /// Journey name.
     pub journey: String,
-    /// Baseline p50, ms.
+    /// Baseline p50, ms (median over the baseline's runs).
     pub base_p50_ms: Option<f64>,
-    /// Current p50, ms.
+    /// Current p50, ms (median over runs).
     pub p50_ms: Option<f64>,
-    /// Baseline p95, ms.
+    /// Baseline p95, ms (median over the baseline's runs).
     pub base_p95_ms: Option<f64>,
-    /// Current p95, ms.
+    /// Current p95, ms (median over runs).
     pub p95_ms: Option<f64>,
     /// Current req/s.
     pub rps: Option<f64>,
@@ -401,31 +416,33 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Compares `now` with `base`: a journey regresses when its p50 or p95 (means over runs)
-    /// exceeds the baseline's by more than `threshold` (relative) and by at least
-    /// `min_delta_ms`.
+    /// Compares `now` with `base`: a journey regresses when its p50 or p95 exceeds the
+    /// baseline's by more than `threshold` (relative) and by at least `min_delta_ms`. Both
+    /// sides are the **median over runs** of each run's percentile, so one run disturbed by
+    /// another process on a shared machine (out of three) does not fail the gate, while a
+    /// slowdown that shows in most runs does.
     pub fn new(now: &Report, base: &Report, threshold: f64, min_delta_ms: f64) -> Comparison {
+        let p50 = |j: &JourneyReport| median(j.runs.iter().map(|r| r.p50_ms));
+        let p95 = |j: &JourneyReport| median(j.runs.iter().map(|r| r.p95_ms));
         let mut rows = Vec::new();
         for (name, j) in &now.journeys {
-            let s = &j.summary;
+            let (n50, n95) = (p50(j), p95(j));
             let mut row = CompareRow {
                 journey: name.clone(),
                 base_p50_ms: None,
-                p50_ms: s.avg_p50_ms,
+                p50_ms: n50,
                 base_p95_ms: None,
-                p95_ms: s.avg_p95_ms,
-                rps: s.avg_rps,
+                p95_ms: n95,
+                rps: j.summary.avg_rps,
                 verdict: Verdict::New,
                 why: None,
             };
             if let Some(b) = base.journeys.get(name) {
-                row.base_p50_ms = b.summary.avg_p50_ms;
-                row.base_p95_ms = b.summary.avg_p95_ms;
+                let (b50, b95) = (p50(b), p95(b));
+                row.base_p50_ms = b50;
+                row.base_p95_ms = b95;
                 let mut why = Vec::new();
-                for (what, bv, nv) in [
-                    ("p50", b.summary.avg_p50_ms, s.avg_p50_ms),
-                    ("p95", b.summary.avg_p95_ms, s.avg_p95_ms),
-                ] {
+                for (what, bv, nv) in [("p50", b50, n50), ("p95", b95, n95)] {
                     match (bv, nv) {
                         (Some(bv), Some(nv))
                             if nv > bv * (1.0 + threshold) && nv - bv >= min_delta_ms =>
@@ -454,9 +471,9 @@ impl Comparison {
             if !now.journeys.contains_key(name) {
                 rows.push(CompareRow {
                     journey: name.clone(),
-                    base_p50_ms: b.summary.avg_p50_ms,
+                    base_p50_ms: p50(b),
                     p50_ms: None,
-                    base_p95_ms: b.summary.avg_p95_ms,
+                    base_p95_ms: p95(b),
                     p95_ms: None,
                     rps: None,
                     verdict: Verdict::Skipped,
@@ -625,6 +642,35 @@ mod tests {
         let md = now.markdown(Some(&c));
         assert!(md.contains("| `slower` | 10.00 → 12.10 (+21.0%)"), "{md}");
         assert!(md.contains("**regressed**"));
+    }
+
+    #[test]
+    fn one_disturbed_run_of_three_does_not_regress_but_two_do() {
+        // Each run: 9 fast operations and one slow one, so p95 is pulled by the slow one.
+        let run = |i: u32, slow: f64| {
+            let mut v = vec![21.0; 9];
+            v.push(slow);
+            RunRow::from_result(i, &result(&v, &[], 1.0))
+        };
+        let base = report(vec![("j", vec![run(1, 21.0), run(2, 21.0), run(3, 21.0)])]);
+        // The CI failure this replaced: one run's p95 at 35 ms moved the mean of three by 6 ms.
+        let one = report(vec![("j", vec![run(1, 23.0), run(2, 23.8), run(3, 60.0)])]);
+        let c = Comparison::new(&one, &base, 0.2, 5.0);
+        assert!(c.regressions().is_empty(), "{:?}", c.regressions());
+        assert!(c.rows[0].p95_ms.unwrap() < 25.0, "{:?}", c.rows[0]);
+        let two = report(vec![("j", vec![run(1, 23.0), run(2, 60.0), run(3, 60.0)])]);
+        let c = Comparison::new(&two, &base, 0.2, 5.0);
+        assert_eq!(c.regressions().len(), 1, "{:?}", c.rows);
+        assert!(
+            c.regressions()[0].starts_with("j: p95 "),
+            "{:?}",
+            c.regressions()
+        );
+        assert_eq!(
+            median([Some(3.0), None, Some(1.0), Some(2.0), Some(4.0)].into_iter()),
+            Some(2.5)
+        );
+        assert_eq!(median([None, Some(f64::NAN)].into_iter()), None);
     }
 
     #[test]
