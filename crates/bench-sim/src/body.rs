@@ -12,6 +12,10 @@ use tokio::sync::mpsc;
 pub(crate) enum SimBody {
     /// A complete body (possibly empty), sent at once.
     Full(Option<Bytes>),
+    /// A complete streamed body (an instant-mode SSE answer): one frame, sent with chunked
+    /// transfer encoding like a real stream, so hyper writes the head, the frame and the
+    /// terminating chunk together.
+    Once(Option<Bytes>),
     /// A streamed body; each received buffer becomes one frame, the stream ends when every
     /// sender is dropped. Dropping the body (client gone) makes sends fail.
     Channel(mpsc::Receiver<Bytes>),
@@ -39,19 +43,21 @@ impl Body for SimBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
-            Self::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            Self::Full(data) | Self::Once(data) => {
+                Poll::Ready(data.take().map(|d| Ok(Frame::data(d))))
+            }
             Self::Channel(rx) => rx.poll_recv(cx).map(|o| o.map(|d| Ok(Frame::data(d)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self, Self::Full(None))
+        matches!(self, Self::Full(None) | Self::Once(None))
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             Self::Full(d) => SizeHint::with_exact(d.as_ref().map_or(0, |d| d.len() as u64)),
-            Self::Channel(_) => SizeHint::default(),
+            Self::Once(_) | Self::Channel(_) => SizeHint::default(),
         }
     }
 }

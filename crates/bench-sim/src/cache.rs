@@ -8,7 +8,7 @@
 //! - *private*: held by one running request and not shareable (the partial last prompt block and
 //!   the blocks reserved for the completion).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -86,12 +86,20 @@ pub(crate) struct Alloc {
 }
 
 /// KV block pool with a prefix cache.
+///
+/// The LRU order is a queue of `(tick, key)` with lazy deletion, so that pinning, releasing
+/// and evicting are O(1) (a `BTreeMap` by tick cost ~45 % of the simulator's CPU on 100K-token
+/// prompts): releasing a block pushes it with a new tick; pinning it leaves its old item in the
+/// queue, which is skipped when it comes up because the block is pinned or has a newer tick.
+/// The queue is compacted when stale items outnumber live ones.
 #[derive(Debug)]
 pub(crate) struct BlockManager {
     total: u64,
     entries: KeyMap<Entry>,
-    /// Evictable (unpinned) cached blocks, oldest tick first.
-    lru: BTreeMap<u64, u64>,
+    /// Evictable blocks as `(tick, key)`, oldest first, plus stale items (see above).
+    lru: VecDeque<(u64, u64)>,
+    /// Evictable (cached, unpinned) blocks: the live items of `lru`.
+    evictable: u64,
     tick: u64,
     private: u64,
     pinned: u64,
@@ -104,7 +112,8 @@ impl BlockManager {
         Self {
             total,
             entries: KeyMap::default(),
-            lru: BTreeMap::new(),
+            lru: VecDeque::new(),
+            evictable: 0,
             tick: 0,
             private: 0,
             pinned: 0,
@@ -125,7 +134,7 @@ impl BlockManager {
 
     /// Cached blocks no running request uses (evictable).
     pub(crate) fn evictable(&self) -> u64 {
-        self.lru.len() as u64
+        self.evictable
     }
 
     /// Blocks held by running requests (pinned cached + private).
@@ -210,26 +219,48 @@ impl BlockManager {
                 if e.refs == 0 {
                     self.tick += 1;
                     e.tick = self.tick;
-                    self.lru.insert(self.tick, k);
+                    self.lru.push_back((self.tick, k));
+                    self.evictable += 1;
                     self.pinned = self.pinned.saturating_sub(1);
                 }
             }
         }
+        self.compact();
     }
 
     /// Drops every evictable cached block; returns how many.
     pub(crate) fn flush(&mut self) -> u64 {
-        let n = self.lru.len() as u64;
-        for (_, k) in std::mem::take(&mut self.lru) {
-            self.entries.remove(&k);
+        let n = self.evictable;
+        for (tick, k) in std::mem::take(&mut self.lru) {
+            if self.is_live(tick, k) {
+                self.entries.remove(&k);
+            }
         }
+        self.evictable = 0;
         n
+    }
+
+    /// Whether the queue item `(tick, k)` stands for an evictable block.
+    fn is_live(&self, tick: u64, k: u64) -> bool {
+        self.entries
+            .get(&k)
+            .is_some_and(|e| e.refs == 0 && e.tick == tick)
+    }
+
+    /// Drops stale queue items once they outnumber the live ones (amortized O(1) per release).
+    fn compact(&mut self) {
+        if self.lru.len() as u64 > 2 * self.evictable + 1024 {
+            let mut lru = std::mem::take(&mut self.lru);
+            lru.retain(|&(tick, k)| self.is_live(tick, k));
+            self.lru = lru;
+        }
     }
 
     fn pin(&mut self, k: u64) {
         if let Some(e) = self.entries.get_mut(&k) {
             if e.refs == 0 {
-                self.lru.remove(&e.tick);
+                // Its queue item goes stale (skipped when it comes up).
+                self.evictable -= 1;
                 self.pinned += 1;
             }
             e.refs += 1;
@@ -239,10 +270,14 @@ impl BlockManager {
     /// Evicts LRU blocks until `n` blocks are free (or nothing is left to evict).
     fn make_room(&mut self, n: u64) -> bool {
         while self.free() < n {
-            let Some((_, k)) = self.lru.pop_first() else {
+            let Some((tick, k)) = self.lru.pop_front() else {
                 return false;
             };
+            if !self.is_live(tick, k) {
+                continue;
+            }
             self.entries.remove(&k);
+            self.evictable -= 1;
             self.evicted_total += 1;
         }
         true
@@ -347,6 +382,104 @@ mod tests {
         m.release(forced);
         m.release(held);
         assert_eq!(m.used(), 0);
+    }
+
+    #[test]
+    fn stale_queue_items_do_not_change_the_eviction_order() {
+        let mut m = BlockManager::new(10);
+        let a = keys(1, 3);
+        let b = keys(2, 3);
+        let x = m.admit(&a, 3, false).unwrap();
+        m.release(x);
+        let x = m.admit(&b, 3, false).unwrap();
+        m.release(x);
+        // Pin and release `a` many times: each leaves a stale item behind, and the queue is
+        // compacted along the way.
+        for _ in 0..5000 {
+            let x = m.admit(&a, 3, false).unwrap();
+            m.release(x);
+            assert!(
+                m.lru.len() as u64 <= 2 * m.evictable() + 1025,
+                "{}",
+                m.lru.len()
+            );
+        }
+        assert_eq!(m.evictable(), 6);
+        let x = m.admit(&keys(3, 6), 6, false).unwrap();
+        assert_eq!(m.evicted_total(), 2);
+        assert_eq!(m.cached_prefix_blocks(&a), 3);
+        assert_eq!(m.cached_prefix_blocks(&b), 1);
+        m.release(x);
+    }
+
+    /// Random admissions, releases and flushes: the counts stay consistent with the entries,
+    /// and every eviction takes the least recently released evictable blocks first.
+    #[test]
+    fn random_operations_keep_counts_and_lru_order() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut m = BlockManager::new(64);
+        let families: Vec<Vec<u64>> = (0..6).map(|f| keys(f, 24)).collect();
+        let mut held: Vec<Alloc> = Vec::new();
+        for step in 0..20_000 {
+            let op = rng.random_range(0..10);
+            if op < 5 {
+                let f = &families[rng.random_range(0..families.len())];
+                let k = &f[..rng.random_range(1..=f.len())];
+                let need = k.len() as u64 + rng.random_range(0..4);
+                // The evictable blocks, least recently released first.
+                let mut order: Vec<(u64, u64)> = m
+                    .entries
+                    .iter()
+                    .filter(|(_, e)| e.refs == 0)
+                    .map(|(&key, e)| (e.tick, key))
+                    .collect();
+                order.sort_unstable();
+                let before = m.evicted_total();
+                if let Some(a) = m.admit(k, need, rng.random_bool(0.3)) {
+                    held.push(a);
+                }
+                // Gone: evicted. Blocks of this request may have been pinned instead, so the
+                // order is checked over the others: the evicted ones come first.
+                let gone: Vec<bool> = order
+                    .iter()
+                    .map(|(_, key)| !m.entries.contains_key(key))
+                    .collect();
+                let evicted = (m.evicted_total() - before) as usize;
+                assert_eq!(gone.iter().filter(|g| **g).count(), evicted, "step {step}");
+                let others: Vec<bool> = order
+                    .iter()
+                    .zip(&gone)
+                    .filter(|((_, key), _)| !k.contains(key))
+                    .map(|(_, g)| *g)
+                    .collect();
+                let first_kept = others.iter().position(|g| !g).unwrap_or(others.len());
+                assert!(
+                    others[first_kept..].iter().all(|g| !g),
+                    "step {step}: an eviction skipped an older block: {others:?}"
+                );
+            } else if op < 9 && !held.is_empty() {
+                let a = held.swap_remove(rng.random_range(0..held.len()));
+                m.release(a);
+            } else if op == 9 && rng.random_bool(0.05) {
+                let n = m.evictable();
+                assert_eq!(m.flush(), n);
+                assert_eq!(m.evictable(), 0);
+            }
+            let unpinned = m.entries.values().filter(|e| e.refs == 0).count() as u64;
+            assert_eq!(m.evictable(), unpinned, "step {step}");
+            assert_eq!(m.pinned, m.entries.len() as u64 - unpinned, "step {step}");
+            assert!(m.entries.len() as u64 + m.private <= m.total, "step {step}");
+            assert!(
+                m.lru.len() as u64 <= 2 * m.evictable() + 1025,
+                "step {step}"
+            );
+        }
+        for a in held {
+            m.release(a);
+        }
+        assert_eq!(m.used(), 0);
+        assert_eq!(m.evictable(), m.entries.len() as u64);
     }
 
     #[test]

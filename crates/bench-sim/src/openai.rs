@@ -1,5 +1,7 @@
 //! OpenAI chat-completions request parsing and response/chunk formatting.
 
+use std::io::Write as _;
+
 use bytes::{BufMut, BytesMut};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -172,13 +174,23 @@ impl ChunkFormat {
     pub(crate) fn usage(&self, buf: &mut BytesMut, usage: Usage) {
         buf.put_slice(b"data: {");
         buf.put_slice(self.header.as_bytes());
-        buf.put_slice(b",\"choices\":[],\"usage\":");
-        buf.put_slice(usage.to_json().to_string().as_bytes());
+        // Written by hand (numbers only), with the keys in the order of `Usage::to_json`.
+        let total = u64::from(usage.prompt_tokens) + u64::from(usage.completion_tokens);
+        let mut w = buf.writer();
+        let _ = write!(
+            w,
+            ",\"choices\":[],\"usage\":{{\"completion_tokens\":{},\"prompt_tokens\":{},\
+             \"prompt_tokens_details\":{{\"cached_tokens\":{}}},\"total_tokens\":{total}}}",
+            usage.completion_tokens, usage.prompt_tokens, usage.cached_tokens
+        );
         if self.flavor == Flavor::Sglang {
-            buf.put_slice(b",\"sglext\":");
-            buf.put_slice(sglext(usage.cached_tokens).to_string().as_bytes());
+            let _ = write!(
+                w,
+                ",\"sglext\":{{\"cached_tokens_details\":{{\"device\":{},\"host\":0}}}}",
+                usage.cached_tokens
+            );
         }
-        buf.put_slice(b"}\n\n");
+        w.into_inner().put_slice(b"}\n\n");
     }
 
     /// The terminating `data: [DONE]` event.
@@ -279,5 +291,33 @@ mod tests {
         assert_eq!(parsed[3]["sglext"]["cached_tokens_details"]["host"], 0);
         assert_eq!(parsed[1]["model"], "m\"x");
         assert_eq!(events[4], "data: [DONE]");
+    }
+
+    #[test]
+    fn the_hand_written_usage_chunk_equals_the_json_objects() {
+        let usage = Usage {
+            prompt_tokens: 4_000_000_000,
+            completion_tokens: 500_000_000,
+            cached_tokens: 1234,
+        };
+        for flavor in [Flavor::Vllm, Flavor::Sglang] {
+            let f = ChunkFormat::new("id", 1, "m", flavor);
+            let mut buf = BytesMut::new();
+            f.usage(&mut buf, usage);
+            let text = std::str::from_utf8(&buf).unwrap();
+            let event = text
+                .strip_prefix("data: ")
+                .unwrap()
+                .strip_suffix("\n\n")
+                .unwrap();
+            let v: Value = serde_json::from_str(event).unwrap();
+            assert_eq!(v["usage"], usage.to_json(), "{flavor:?}");
+            assert_eq!(v["usage"]["total_tokens"], 4_500_000_000u64);
+            assert_eq!(v["choices"], json!([]));
+            match flavor {
+                Flavor::Sglang => assert_eq!(v["sglext"], sglext(1234)),
+                _ => assert!(v.get("sglext").is_none(), "{v}"),
+            }
+        }
     }
 }

@@ -658,15 +658,30 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> 
         out_len,
         finish,
         include_usage,
+        sse: stream,
         buf: BytesMut::new(),
         text: String::new(),
         tx: None,
         shutdown: shared.shutdown.clone(),
     };
     if stream {
+        generator.buf.reserve(FRAME_BYTES + 1024);
+        if matches!(source, Source::Instant) && generator.fill(FRAME_BYTES) {
+            // The whole answer fits in one frame: send it with the head, without a task or a
+            // channel (one write instead of two; the simulator's cheapest path).
+            generator.end_sse();
+            let body = generator.buf.split().freeze();
+            let mut r = respond(
+                StatusCode::OK,
+                "text/event-stream",
+                SimBody::Once(Some(body)),
+            );
+            r.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            return r;
+        }
         let (tx, rx) = mpsc::channel(8);
         generator.tx = Some(tx);
-        generator.buf.reserve(FRAME_BYTES + 1024);
         tokio::spawn(async move {
             generator.run(source).await;
         });
@@ -705,6 +720,8 @@ struct Generator {
     out_len: u32,
     finish: &'static str,
     include_usage: bool,
+    /// Streaming: tokens become SSE events in `buf` (otherwise text in `text`).
+    sse: bool,
     /// Pending SSE bytes (streaming).
     buf: BytesMut,
     /// Collected text (non-streaming).
@@ -723,13 +740,13 @@ impl Generator {
         let first = self.guard.usage.completion_tokens == 0;
         if first {
             self.guard.first_token();
-            if self.tx.is_some() {
+            if self.sse {
                 self.fmt.role(&mut self.buf);
             }
         }
         let word = WORDS[self.rng.random_range(0..WORDS.len())];
         self.guard.usage.completion_tokens += 1;
-        if self.tx.is_some() {
+        if self.sse {
             let fin = self.done().then_some(self.finish);
             self.fmt.token(&mut self.buf, word, fin);
         } else {
@@ -742,6 +759,27 @@ impl Generator {
             self.guard.usage.cached_tokens = cached_tokens;
         }
         self.token();
+    }
+
+    /// Produces tokens at once until done (`true`) or `limit` bytes are pending (`false`).
+    fn fill(&mut self, limit: usize) -> bool {
+        while !self.done() {
+            if self.buf.len() >= limit {
+                return false;
+            }
+            self.token();
+        }
+        true
+    }
+
+    /// After the last token: the usage chunk (when asked for) and `[DONE]`; the request counts
+    /// as finished from here, even if the last write then fails.
+    fn end_sse(&mut self) {
+        if self.include_usage {
+            self.fmt.usage(&mut self.buf, self.guard.usage);
+        }
+        ChunkFormat::done(&mut self.buf);
+        self.guard.finish = Some(self.finish);
     }
 
     /// Sends the pending bytes as one frame; `false` when the client or the server is gone.
@@ -808,21 +846,18 @@ impl Generator {
                 }
             }
             Source::Instant => {
-                while !self.done() {
-                    self.token();
-                    if self.buf.len() >= FRAME_BYTES && !self.flush().await {
+                while !self.fill(FRAME_BYTES) {
+                    if !self.flush().await {
                         return false;
                     }
                 }
             }
         }
-        if self.tx.is_some() {
-            if self.include_usage {
-                self.fmt.usage(&mut self.buf, self.guard.usage);
-            }
-            ChunkFormat::done(&mut self.buf);
+        if self.sse {
+            self.end_sse();
+        } else {
+            self.guard.finish = Some(self.finish);
         }
-        self.guard.finish = Some(self.finish);
         // All tokens were produced: the request counts as finished even if this last write fails.
         self.flush().await;
         true
