@@ -397,13 +397,57 @@ impl ClientRun {
     }
 }
 
+/// The synthetic workload of a `bench run`: `sessions` sessions of `turns` turns, each turn
+/// adding `input` prompt tokens and asking for `output` tokens.
+#[derive(Clone, Copy)]
+struct Synthetic {
+    turns: u32,
+    input: u32,
+    output: u32,
+    sessions: u64,
+}
+
+impl Synthetic {
+    /// The workload of the client-efficiency targets: `sessions` single turns of a 256-token
+    /// prompt and 64 output tokens.
+    fn single_turns(sessions: u64) -> Self {
+        Synthetic {
+            turns: 1,
+            input: 256,
+            output: 64,
+            sessions,
+        }
+    }
+
+    /// `bench run` flags for it, then `extra`.
+    fn args(self, extra: &[&str]) -> Vec<String> {
+        let mut a: Vec<String> = [
+            "--dataset",
+            "random",
+            "--turns",
+            &self.turns.to_string(),
+            "--input-increment",
+            &self.input.to_string(),
+            "--output-len",
+            &self.output.to_string(),
+            "--num-sessions",
+            &self.sessions.to_string(),
+        ]
+        .iter()
+        .map(|x| (*x).to_owned())
+        .collect();
+        a.extend(extra.iter().map(|x| (*x).to_owned()));
+        a
+    }
+}
+
 /// `bench run` against `sim`, pinned to `cpu`; `args` after the common ones.
 fn bench_run(
     bench: &Path,
     sim: &Sim,
     cpu: Option<&str>,
     concurrency: u32,
-    args: &[&str],
+    args: &[String],
 ) -> Result<(ClientRun, Value)> {
     let dir = perf_dir().join("run-tmp");
     let _ = std::fs::remove_dir_all(&dir);
@@ -538,7 +582,6 @@ fn client_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> 
     let mut sim_vs_client = Vec::new();
     for c in [64u32, 256] {
         let sim = Sim::start(bench, &["--instant"], Some("0"))?;
-        let n = CLIENT_TURNS.to_string();
         let common = |n: u64| {
             vec![
                 "--base-url".to_owned(),
@@ -562,24 +605,8 @@ fn client_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> 
         let mut abench_runs = Vec::new();
         for rep_no in 1..=3 {
             eprintln!("xtask perf client: C={c}: bench run, {CLIENT_TURNS} turns ({rep_no} of 3)");
-            let (ours, _) = bench_run(
-                bench,
-                &sim,
-                Some("1"),
-                c,
-                &[
-                    "--dataset",
-                    "random",
-                    "--turns",
-                    "1",
-                    "--input-increment",
-                    "256",
-                    "--output-len",
-                    "64",
-                    "--num-sessions",
-                    &n,
-                ],
-            )?;
+            let work = Synthetic::single_turns(CLIENT_TURNS);
+            let (ours, _) = bench_run(bench, &sim, Some("1"), c, &work.args(&[]))?;
             best_turns_s = best_turns_s.max(ours.turns_per_s());
             ours_runs.push(ours);
             if let Some(py) = &peers.abench {
@@ -758,26 +785,8 @@ fn http_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> {
     let n = 20_000u64;
     let sim = Sim::start(bench, &["--instant"], Some("0"))?;
     eprintln!("xtask perf http: C={c}: bench run --disable-stream, {n} turns");
-    let ns = n.to_string();
-    let (ours, _) = bench_run(
-        bench,
-        &sim,
-        Some("1"),
-        c,
-        &[
-            "--disable-stream",
-            "--dataset",
-            "random",
-            "--turns",
-            "1",
-            "--input-increment",
-            "256",
-            "--output-len",
-            "64",
-            "--num-sessions",
-            &ns,
-        ],
-    )?;
+    let work = Synthetic::single_turns(n).args(&["--disable-stream"]);
+    let (ours, _) = bench_run(bench, &sim, Some("1"), c, &work)?;
     let mut runs = vec![ours.clone()];
     let (measured, met) = match &peers.oha {
         Some(oha) => {
@@ -820,47 +829,33 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
         (
             "tool waits, mean 1 s (1 of 3)",
             "exponential:1000",
-            "10",
+            10,
             "2s",
         ),
         (
             "tool waits, mean 1 s (2 of 3)",
             "exponential:1000",
-            "10",
+            10,
             "2s",
         ),
         (
             "tool waits, mean 1 s (3 of 3)",
             "exponential:1000",
-            "10",
+            10,
             "2s",
         ),
-        ("no tool waits, no ramp-up", "zero", "20", "0.001s"),
+        ("no tool waits, no ramp-up", "zero", 20, "0.001s"),
     ] {
         let sim = Sim::start(bench, &["--ttft-ms", "20", "--itl-ms", "5"], None)?;
         eprintln!("xtask perf fidelity: C=1000, {label}");
-        let (run, r) = bench_run(
-            bench,
-            &sim,
-            None,
-            1000,
-            &[
-                "--dataset",
-                "random",
-                "--turns",
-                turns,
-                "--input-increment",
-                "64",
-                "--output-len",
-                "4",
-                "--gap-policy",
-                gap,
-                "--ramp-up",
-                ramp,
-                "--num-sessions",
-                "1000",
-            ],
-        )?;
+        let work = Synthetic {
+            turns,
+            input: 64,
+            output: 4,
+            sessions: 1000,
+        };
+        let work = work.args(&["--gap-policy", gap, "--ramp-up", ramp]);
+        let (run, r) = bench_run(bench, &sim, None, 1000, &work)?;
         let t = &r["overall"]["ttft_ms"];
         let over = |k: &str| t[k].as_f64().map(|x| x - 20.0);
         rows.push(json!({
@@ -911,32 +906,23 @@ fn scale_scenario(bench: &Path, rep: &mut Report, seconds: u32) -> Result<()> {
     let sim = Sim::start(bench, &["--ttft-ms", "50", "--itl-ms", "10"], Some("0"))?;
     eprintln!("xtask perf scale: 10,000 sessions for {seconds} s");
     let dur = format!("{seconds}s");
-    let (run, r) = bench_run(
-        bench,
-        &sim,
-        Some("1"),
-        10_000,
-        &[
-            "--dataset",
-            "random",
-            "--turns",
-            "25",
-            "--input-increment",
-            "64",
-            "--output-len",
-            "8",
-            "--gap-policy",
-            "exponential:3000",
-            "--system-prompt-tokens",
-            "8192",
-            "--ramp-up",
-            "10s",
-            "--num-sessions",
-            "10000",
-            "--duration",
-            &dur,
-        ],
-    )?;
+    let work = Synthetic {
+        turns: 25,
+        input: 64,
+        output: 8,
+        sessions: 10_000,
+    };
+    let work = work.args(&[
+        "--gap-policy",
+        "exponential:3000",
+        "--system-prompt-tokens",
+        "8192",
+        "--ramp-up",
+        "10s",
+        "--duration",
+        &dur,
+    ]);
+    let (run, r) = bench_run(bench, &sim, Some("1"), 10_000, &work)?;
     let errors = run.turns_failed;
     rep.target(
         "scale: 10,000 sessions, 60 s, errors",
@@ -1023,20 +1009,13 @@ fn loopback_copy(bytes: usize, c: usize, turns: usize) -> Result<f64> {
 fn long_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> {
     let c = 8u32;
     // 100 distinct prompts, replayed for 5 s (each replay gets its cache-bust marker).
-    let args = [
-        "--dataset",
-        "random",
-        "--turns",
-        "1",
-        "--input-increment",
-        "100000",
-        "--output-len",
-        "16",
-        "--num-sessions",
-        "100",
-        "--duration",
-        "5s",
-    ];
+    let args = Synthetic {
+        turns: 1,
+        input: 100_000,
+        output: 16,
+        sessions: 100,
+    }
+    .args(&["--duration", "5s"]);
     let discard = discard_server()?;
     eprintln!("xtask perf long: 100K-token prompts, C={c}, 5 s, discard server");
     let (run, r) = bench_run(bench, &discard, None, c, &args)?;
@@ -1223,24 +1202,8 @@ pub fn run(which: &[String], scale_seconds: u32) -> Result<()> {
                 if best_client == 0.0 {
                     // No client scenario in this invocation: measure ours at C=256 first.
                     let sim = Sim::start(&bench, &["--instant"], Some("0"))?;
-                    let (r, _) = bench_run(
-                        &bench,
-                        &sim,
-                        Some("1"),
-                        256,
-                        &[
-                            "--dataset",
-                            "random",
-                            "--turns",
-                            "1",
-                            "--input-increment",
-                            "256",
-                            "--output-len",
-                            "64",
-                            "--num-sessions",
-                            "20000",
-                        ],
-                    )?;
+                    let work = Synthetic::single_turns(CLIENT_TURNS).args(&[]);
+                    let (r, _) = bench_run(&bench, &sim, Some("1"), 256, &work)?;
                     best_client = r.turns_per_s();
                 }
                 sim_scenario(&bench, &peers, &mut rep, best_client)

@@ -339,19 +339,23 @@ mod tests {
         assert_eq!(m.evictable(), 4);
     }
 
+    /// Admits a request for exactly the blocks `k` and releases it; returns its hit blocks.
+    fn touch(m: &mut BlockManager, k: &[u64]) -> u32 {
+        let x = m.admit(k, k.len() as u64, false).unwrap();
+        let hits = x.hit_blocks;
+        m.release(x);
+        hits
+    }
+
     #[test]
     fn eviction_is_lru_and_tail_first() {
         let mut m = BlockManager::new(10);
         let a = keys(1, 3);
         let b = keys(2, 3);
-        let x = m.admit(&a, 3, false).unwrap();
-        m.release(x);
-        let x = m.admit(&b, 3, false).unwrap();
-        m.release(x);
+        touch(&mut m, &a);
+        touch(&mut m, &b);
         // Touch `a` again so that `b` is the least recently used.
-        let x = m.admit(&a, 3, false).unwrap();
-        assert_eq!(x.hit_blocks, 3);
-        m.release(x);
+        assert_eq!(touch(&mut m, &a), 3);
         assert_eq!(m.free(), 4);
         // Needs 6 blocks: 4 free + 2 evicted from b's tail.
         let c = keys(3, 6);
@@ -389,15 +393,12 @@ mod tests {
         let mut m = BlockManager::new(10);
         let a = keys(1, 3);
         let b = keys(2, 3);
-        let x = m.admit(&a, 3, false).unwrap();
-        m.release(x);
-        let x = m.admit(&b, 3, false).unwrap();
-        m.release(x);
+        touch(&mut m, &a);
+        touch(&mut m, &b);
         // Pin and release `a` many times: each leaves a stale item behind, and the queue is
         // compacted along the way.
         for _ in 0..5000 {
-            let x = m.admit(&a, 3, false).unwrap();
-            m.release(x);
+            assert_eq!(touch(&mut m, &a), 3);
             assert!(
                 m.lru.len() as u64 <= 2 * m.evictable() + 1025,
                 "{}",
