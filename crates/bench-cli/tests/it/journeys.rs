@@ -2,14 +2,7 @@
 
 use serde_json::Value;
 
-use crate::{run, serial, spawn_sim};
-
-fn tempdir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-cli-journeys-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use crate::{run, run_json, serial, spawn_sim, stop_sim, tempdir};
 
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -60,8 +53,8 @@ fn list_and_unknown_names() {
 #[test]
 fn the_openai_pack_passes_against_the_simulator_and_gates_and_baselines_work() {
     let _serial = serial();
-    let (mut sim, url) = spawn_sim(&["--ttft-ms", "20", "--itl-ms", "2"]);
-    let dir = tempdir("openai");
+    let (sim, url) = spawn_sim(&["--ttft-ms", "20", "--itl-ms", "2"]);
+    let dir = tempdir("journeys-openai");
     let report = dir.join("report.json");
     let md = dir.join("report.md");
     let base = [
@@ -169,16 +162,13 @@ fn the_openai_pack_passes_against_the_simulator_and_gates_and_baselines_work() {
         stderr(&o)
     );
     let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::process::Command::new("kill")
-        .args(["-INT", &sim.id().to_string()])
-        .status();
-    let _ = sim.wait();
+    stop_sim(sim);
 }
 
 #[test]
 fn a_declarative_file_captures_and_throughput_runs() {
     let _serial = serial();
-    let dir = tempdir("file");
+    let dir = tempdir("journeys-file");
     let file = dir.join("journeys.toml");
     std::fs::write(
         &file,
@@ -199,8 +189,8 @@ measure = [{ path = "/nope" }]
 "#,
     )
     .unwrap();
-    let (mut sim, url) = spawn_sim(&["--instant"]);
-    let o = run(&[
+    let (sim, url) = spawn_sim(&["--instant"]);
+    let v = run_json(&[
         "journeys",
         "--file",
         file.to_str().unwrap(),
@@ -214,8 +204,6 @@ measure = [{ path = "/nope" }]
         "7",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let chat = &v["journeys"]["chat_first_model"];
     assert_eq!(chat["mode"], "throughput");
     assert_eq!(chat["runs"][0]["concurrency"], 4);
@@ -242,8 +230,5 @@ measure = [{ path = "/nope" }]
     let e = stderr(&o);
     assert!(e.contains("journeys.toml") && e.contains("pathh"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::process::Command::new("kill")
-        .args(["-INT", &sim.id().to_string()])
-        .status();
-    let _ = sim.wait();
+    stop_sim(sim);
 }

@@ -8,10 +8,14 @@ mod run;
 mod status;
 mod workload;
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
+
+use serde_json::Value;
 
 /// Tests of this binary that measure time run one at a time: two cores shared by parallel
 /// tests (each starting processes and servers) would otherwise measure each other.
@@ -29,8 +33,91 @@ pub fn bench() -> Command {
     c
 }
 
-pub fn run(args: &[&str]) -> Output {
+pub fn run<S: AsRef<OsStr>>(args: &[S]) -> Output {
     bench().args(args).output().unwrap()
+}
+
+/// `bench` with `args`, which must succeed; its stdout parsed as JSON.
+pub fn run_json<S: AsRef<OsStr>>(args: &[S]) -> Value {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The arguments of `bench run` on the synthetic workload (`--tokenizer none --dataset
+/// random`): `turns` turns in each of `sessions` sessions, recorded in `run_dir`; `extra` holds
+/// what the test varies (the server, the concurrency, `--json`...).
+pub fn random_run_args(turns: u64, sessions: u64, run_dir: &Path, extra: &[&str]) -> Vec<String> {
+    let turns = turns.to_string();
+    let sessions = sessions.to_string();
+    let mut args: Vec<String> = [
+        "run",
+        "--tokenizer",
+        "none",
+        "--dataset",
+        "random",
+        "--turns",
+        &turns,
+        "--num-sessions",
+        &sessions,
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .into();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+/// `bench status DIR --json`, which must exit 0; its report.
+pub fn status_json(run_dir: &Path) -> Value {
+    let out = run(&["status", run_dir.to_str().unwrap(), "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Every line of a JSONL file, parsed (the file must exist and every line be JSON).
+pub fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A fresh, empty directory for one test: `bench-cli-NAME-PID-N` under the system's temp
+/// directory (N counts the calls, so two tests never share one). Tests remove it when they
+/// pass.
+pub fn tempdir(name: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("bench-cli-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Sends `signal` (as `kill` spells it: `-INT`, `-TERM`) to `child`.
+pub fn signal(child: &Child, signal: &str) {
+    let _ = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status();
+}
+
+/// Stops a `bench sim` child as Ctrl-C would (SIGINT), and waits for it.
+pub fn stop_sim(mut sim: SimChild) {
+    signal(&sim, "-INT");
+    let _ = sim.wait();
 }
 
 /// `bench sim` as a child process; returns it and its base URL.

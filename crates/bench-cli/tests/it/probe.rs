@@ -8,17 +8,7 @@ use std::time::{Duration, Instant};
 use bench_sim::SimConfig;
 use serde_json::Value;
 
-use crate::{bench, run, scripted_server, serial, spawn_sim};
-
-fn json_of(out: &std::process::Output) -> Value {
-    assert!(
-        out.status.success(),
-        "exit {:?}, stderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use crate::{bench, run, run_json, scripted_server, serial, spawn_sim};
 
 fn f(v: &Value, k: &str) -> f64 {
     v[k].as_f64()
@@ -28,7 +18,7 @@ fn f(v: &Value, k: &str) -> f64 {
 #[test]
 fn probe_without_server_agrees_with_the_simulator_model() {
     let _serial = serial();
-    let v = json_of(&run(&["probe", "--json", "--max-tokens", "32"]));
+    let v = run_json(&["probe", "--json", "--max-tokens", "32"]);
     for key in [
         "ttft_ms",
         "e2e_ms",
@@ -73,7 +63,7 @@ fn fixed_mode_simulator_probed_twice() {
     let _serial = serial();
     let (mut sim, url) = spawn_sim(&["--ttft-ms", "50", "--itl-ms", "10"]);
     let probes: Vec<Value> = (0..3)
-        .map(|_| json_of(&run(&["probe", "--base-url", &url, "--json"])))
+        .map(|_| run_json(&["probe", "--base-url", &url, "--json"]))
         .collect();
     for v in &probes {
         assert_eq!(v["embedded"], false);
@@ -119,7 +109,7 @@ fn fixed_mode_simulator_probed_twice() {
 #[test]
 fn non_streamed_probe() {
     let _serial = crate::serial();
-    let v = json_of(&run(&["probe", "--json", "--no-stream", "--instant"]));
+    let v = run_json(&["probe", "--json", "--no-stream", "--instant"]);
     assert_eq!(v["stream"], false);
     assert_eq!(v["completion_tokens"], 32);
     assert_eq!(

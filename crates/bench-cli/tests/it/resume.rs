@@ -7,35 +7,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{bench, run, serial, spawn_sim};
+use crate::{bench, random_run_args, run, run_json, serial, spawn_sim, status_json, tempdir};
 
 const SESSIONS: u64 = 16;
 const TURNS: u64 = 5;
 
-fn tempdir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-cli-resume-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
+/// The records of a JSONL file so far: a missing file is empty, and a line still being written
+/// (or cut by a kill) is skipped. (`crate::read_jsonl` is the strict form, for finished runs.)
 fn jsonl(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
-}
-
-fn status(dir: &Path) -> Value {
-    let out = run(&["status", dir.to_str().unwrap(), "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// A small xorshift: the kill moments are random, and the seed is printed with any failure.
@@ -56,34 +40,28 @@ fn start(url: &str, dir: &Path, resume: bool) -> Child {
     if resume {
         c.args(["run", "--resume", dir.to_str().unwrap(), "-q"]);
     } else {
-        c.args([
-            "run",
-            "--base-url",
-            url,
-            "--routing-key",
-            "x-session-id",
-            "--tokenizer",
-            "none",
-            "--dataset",
-            "random",
-            "--turns",
-            &TURNS.to_string(),
-            "--output-len",
-            "16",
-            "--gap-policy",
-            "fixed:40",
-            "--num-sessions",
-            &SESSIONS.to_string(),
-            "-c",
-            "4",
-            "--warmup-sessions",
-            "2",
-            "--metrics-interval",
-            "200ms",
-            "-q",
-            "--run-dir",
-            dir.to_str().unwrap(),
-        ]);
+        c.args(random_run_args(
+            TURNS,
+            SESSIONS,
+            dir,
+            &[
+                "--base-url",
+                url,
+                "--routing-key",
+                "x-session-id",
+                "--output-len",
+                "16",
+                "--gap-policy",
+                "fixed:40",
+                "-c",
+                "4",
+                "--warmup-sessions",
+                "2",
+                "--metrics-interval",
+                "200ms",
+                "-q",
+            ],
+        ));
     }
     c.stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -130,7 +108,7 @@ fn sigkill_at_random_moments_loses_no_record_and_resume_plays_each_session_once(
         .as_nanos() as u64
         | 1;
     let mut rng = Rng(seed);
-    let dir = tempdir("kill");
+    let dir = tempdir("resume-kill");
     let run_dir = dir.join("run");
     let log = dir.join("requests.jsonl");
     let (_sim, url) = spawn_sim(&[
@@ -171,7 +149,7 @@ fn sigkill_at_random_moments_loses_no_record_and_resume_plays_each_session_once(
         kills += 1;
         std::thread::sleep(Duration::from_millis(200)); // the simulator logs the cut request
 
-        let s = status(&run_dir);
+        let s = status_json(&run_dir);
         assert_eq!(s["crashed"], true, "seed {seed}: round {round}: {s}");
         assert_eq!(s["process"], "gone", "seed {seed}: {s}");
         assert_eq!(s["stopped"], Value::Null, "seed {seed}: {s}");
@@ -228,7 +206,7 @@ fn sigkill_at_random_moments_loses_no_record_and_resume_plays_each_session_once(
     );
 
     // bench status: stopped by completed, all done; one resume per restart.
-    let s = status(&run_dir);
+    let s = status_json(&run_dir);
     assert_eq!(s["stopped"]["by"], "completed", "seed {seed}: {s}");
     assert_eq!(s["crashed"], false, "{s}");
     assert_eq!(s["sessions_done"], SESSIONS, "{s}");
@@ -259,32 +237,26 @@ fn sigkill_at_random_moments_loses_no_record_and_resume_plays_each_session_once(
 #[test]
 fn resume_refuses_a_running_run_and_other_flags_and_asks_for_headers_again() {
     let _serial = serial();
-    let dir = tempdir("refuse");
+    let dir = tempdir("resume-refuse");
     let run_dir = dir.join("run");
     let (_sim, url) = spawn_sim(&["--ttft-ms", "100", "--itl-ms", "20"]);
     let mut child = bench()
-        .args([
-            "run",
-            "--base-url",
-            &url,
-            "--header",
-            "X-Api-Key=sk-secret-123",
-            "--tokenizer",
-            "none",
-            "--dataset",
-            "random",
-            "--turns",
-            "3",
-            "--output-len",
-            "10",
-            "--num-sessions",
-            "8",
-            "-c",
-            "2",
-            "-q",
-            "--run-dir",
-            run_dir.to_str().unwrap(),
-        ])
+        .args(random_run_args(
+            3,
+            8,
+            &run_dir,
+            &[
+                "--base-url",
+                &url,
+                "--header",
+                "X-Api-Key=sk-secret-123",
+                "--output-len",
+                "10",
+                "-c",
+                "2",
+                "-q",
+            ],
+        ))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -331,7 +303,7 @@ fn resume_refuses_a_running_run_and_other_flags_and_asks_for_headers_again() {
         &["run", "--resume", dir.join("nowhere").to_str().unwrap()],
         "not a run directory",
     );
-    let out = run(&[
+    let result = run_json(&[
         "run",
         "--resume",
         dir_s,
@@ -340,12 +312,6 @@ fn resume_refuses_a_running_run_and_other_flags_and_asks_for_headers_again() {
         "-q",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(result["summary"]["sessions_completed"], 8);
     assert_eq!(result["summary"]["turns_ok"], 24);
     let _ = std::fs::remove_dir_all(&dir);

@@ -2,24 +2,9 @@
 
 use serde_json::Value;
 
-use crate::{run, serial, spawn_sim};
-
-fn tempdir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-cli-run-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-fn run_json(args: &[&str]) -> Value {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "exit {:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use crate::{
+    random_run_args, read_jsonl, run, run_json, serial, signal, spawn_sim, stop_sim, tempdir,
+};
 
 /// The simulator's counters from GET /metrics (unlabelled sums per metric name).
 fn metrics(url: &str) -> std::collections::HashMap<String, f64> {
@@ -51,36 +36,29 @@ fn p50(v: &Value, k: &str) -> f64 {
 #[test]
 fn fixed_latency_is_reported_exactly_at_c1_and_c64() {
     let _serial = serial();
-    let (mut sim, url) = spawn_sim(&["--ttft-ms", "50", "--itl-ms", "10"]);
-    for (c, n) in [("1", "4"), ("64", "64")] {
+    let (sim, url) = spawn_sim(&["--ttft-ms", "50", "--itl-ms", "10"]);
+    for (c, n) in [("1", 4), ("64", 64)] {
         // Best of three runs: the machine is shared, and a neighbour's burst must not decide a
         // check of our own accuracy (a consistent error still fails all three).
         let mut seen = Vec::new();
         for attempt in 0..3 {
-            let dir = tempdir(&format!("fixed-{c}-{attempt}"));
-            let v = run_json(&[
-                "run",
-                "--base-url",
-                &url,
-                "--max-concurrency",
-                c,
-                "--json",
-                "--tokenizer",
-                "none",
-                "--dataset",
-                "random",
-                "--turns",
-                "8",
-                "--output-len",
-                "16",
-                "--input-increment",
-                "64",
-                "--num-sessions",
+            let dir = tempdir(&format!("run-fixed-{c}-{attempt}"));
+            let v = run_json(&random_run_args(
+                8,
                 n,
-                "--run-dir",
-                dir.to_str().unwrap(),
-            ]);
-            let n: u64 = n.parse().unwrap();
+                &dir,
+                &[
+                    "--base-url",
+                    &url,
+                    "--max-concurrency",
+                    c,
+                    "--json",
+                    "--output-len",
+                    "16",
+                    "--input-increment",
+                    "64",
+                ],
+            ));
             assert_eq!(v["summary"]["turns_ok"], 8 * n);
             assert_eq!(v["summary"]["turns_failed"], 0);
             assert_eq!(v["summary"]["sessions_completed"], n);
@@ -115,17 +93,14 @@ fn fixed_latency_is_reported_exactly_at_c1_and_c64() {
             "C={c}: tpot p50 not within 5% of 10 in 3 runs: {seen:?}"
         );
     }
-    let _ = std::process::Command::new("kill")
-        .args(["-INT", &sim.id().to_string()])
-        .status();
-    let _ = sim.wait();
+    stop_sim(sim);
 }
 
 #[test]
 fn queueing_shows_at_high_concurrency_and_the_cache_ratio_matches_the_server() {
     let _serial = serial();
     // Small KV pool and few slots: requests queue at C=64.
-    let (mut sim, url) = spawn_sim(&[
+    let (sim, url) = spawn_sim(&[
         "--kv-capacity-tokens",
         "131072",
         "--max-num-seqs",
@@ -133,36 +108,27 @@ fn queueing_shows_at_high_concurrency_and_the_cache_ratio_matches_the_server() {
         "--time-scale",
         "0.2",
     ]);
-    let common = [
-        "--tokenizer",
-        "none",
-        "--dataset",
-        "random",
-        "--turns",
-        "3",
-        "--output-len",
-        "16",
-        "--input-increment",
-        "256",
-        "--num-sessions",
-        "64",
-    ];
     let mut ttft = Vec::new();
     let mut last = Value::Null;
     let mut server_ratio = 0.0;
     for c in ["1", "64"] {
-        let dir = tempdir(&format!("queue-{c}"));
-        let mut args = vec![
-            "run",
-            "--base-url",
-            &url,
-            "-c",
-            c,
-            "--json",
-            "--run-dir",
-            dir.to_str().unwrap(),
-        ];
-        args.extend(common);
+        let dir = tempdir(&format!("run-queue-{c}"));
+        let args = random_run_args(
+            3,
+            64,
+            &dir,
+            &[
+                "--base-url",
+                &url,
+                "-c",
+                c,
+                "--json",
+                "--output-len",
+                "16",
+                "--input-increment",
+                "256",
+            ],
+        );
         let before = metrics(&url);
         last = run_json(&args);
         let after = metrics(&url);
@@ -196,10 +162,7 @@ fn queueing_shows_at_high_concurrency_and_the_cache_ratio_matches_the_server() {
         (ratio - server_ratio).abs() <= 0.01 * server_ratio,
         "client {ratio} vs server {server_ratio}"
     );
-    let _ = std::process::Command::new("kill")
-        .args(["-INT", &sim.id().to_string()])
-        .status();
-    let _ = sim.wait();
+    stop_sim(sim);
 }
 
 #[test]
@@ -212,27 +175,13 @@ fn failing_turns_are_recorded_and_the_exit_code_follows_max_error_rate() {
             "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\n\r\nboom"
         );
     });
-    let dir = tempdir("fail");
-    let args = [
-        "run",
-        "--base-url",
-        &url,
-        "--model",
-        "m",
-        "-c",
-        "2",
-        "--tokenizer",
-        "none",
-        "--dataset",
-        "random",
-        "--turns",
-        "2",
-        "--num-sessions",
-        "2",
-        "--json",
-        "--run-dir",
-        dir.to_str().unwrap(),
-    ];
+    let dir = tempdir("run-fail");
+    let args = random_run_args(
+        2,
+        2,
+        &dir,
+        &["--base-url", &url, "--model", "m", "-c", "2", "--json"],
+    );
     let out = run(&args);
     assert_eq!(
         out.status.code(),
@@ -255,8 +204,8 @@ fn failing_turns_are_recorded_and_the_exit_code_follows_max_error_rate() {
     let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
     assert!(events.contains("\"scrape.disabled\""), "{events}");
     assert!(v["server"].is_null());
-    let mut tolerant: Vec<&str> = args.to_vec();
-    tolerant.extend(["--max-error-rate", "1"]);
+    let mut tolerant = args.clone();
+    tolerant.extend(["--max-error-rate".into(), "1".into()]);
     let out = run(&tolerant);
     assert_eq!(out.status.code(), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
@@ -265,33 +214,27 @@ fn failing_turns_are_recorded_and_the_exit_code_follows_max_error_rate() {
 #[test]
 fn open_loop_on_a_detected_sglang_server_with_flush_and_warmup() {
     let _serial = serial();
-    let (mut sim, url) = spawn_sim(&["--flavor", "sglang", "--ttft-ms", "20", "--itl-ms", "2"]);
-    let dir = tempdir("open");
-    let out = run(&[
-        "run",
-        "--base-url",
-        &url,
-        "--rate",
-        "20",
-        "--arrival",
-        "constant",
-        "--flush-cache",
-        "--warmup-sessions",
-        "2",
-        "--json",
-        "--tokenizer",
-        "none",
-        "--dataset",
-        "random",
-        "--turns",
-        "4",
-        "--output-len",
-        "8",
-        "--num-sessions",
-        "10",
-        "--run-dir",
-        dir.to_str().unwrap(),
-    ]);
+    let (sim, url) = spawn_sim(&["--flavor", "sglang", "--ttft-ms", "20", "--itl-ms", "2"]);
+    let dir = tempdir("run-open");
+    let out = run(&random_run_args(
+        4,
+        10,
+        &dir,
+        &[
+            "--base-url",
+            &url,
+            "--rate",
+            "20",
+            "--arrival",
+            "constant",
+            "--flush-cache",
+            "--warmup-sessions",
+            "2",
+            "--json",
+            "--output-len",
+            "8",
+        ],
+    ));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -307,11 +250,7 @@ fn open_loop_on_a_detected_sglang_server_with_flush_and_warmup() {
     assert_eq!(v["config"]["run"]["arrival"]["rate"], 20.0);
     // Warmup turns are recorded but not measured: 2 sessions × 3 turns.
     assert_eq!(v["summary"]["turns_ok"], 40);
-    let turns: Vec<Value> = std::fs::read_to_string(dir.join("turns.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let turns = read_jsonl(&dir.join("turns.jsonl"));
     assert_eq!(turns.len(), 46);
     assert_eq!(turns.iter().filter(|t| t["warmup"] == true).count(), 6);
     // SGLang reports where cache hits came from.
@@ -336,24 +275,12 @@ fn open_loop_on_a_detected_sglang_server_with_flush_and_warmup() {
     let _ = std::fs::remove_dir_all(&dir);
 
     // An explicit --backend that disagrees is warned about, and wins.
-    let out = run(&[
-        "run",
-        "--base-url",
-        &url,
-        "--backend",
-        "vllm",
-        "--json",
-        "--tokenizer",
-        "none",
-        "--dataset",
-        "random",
-        "--turns",
-        "1",
-        "--num-sessions",
-        "1",
-        "--run-dir",
-        dir.to_str().unwrap(),
-    ]);
+    let out = run(&random_run_args(
+        1,
+        1,
+        &dir,
+        &["--base-url", &url, "--backend", "vllm", "--json"],
+    ));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -364,10 +291,7 @@ fn open_loop_on_a_detected_sglang_server_with_flush_and_warmup() {
     assert_eq!(v["config"]["backend"], "vllm");
     assert_eq!(v["config"]["run"]["return_cached_tokens_details"], false);
     let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::process::Command::new("kill")
-        .args(["-INT", &sim.id().to_string()])
-        .status();
-    let _ = sim.wait();
+    stop_sim(sim);
 }
 
 #[test]
@@ -382,7 +306,7 @@ fn flush_cache_on_a_plain_openai_server_fails_before_any_turn() {
             body.len()
         );
     });
-    let dir = tempdir("flush");
+    let dir = tempdir("run-flush");
     let out = run(&[
         "run",
         "--base-url",
@@ -420,42 +344,31 @@ fn bad_rate_is_a_usage_error() {
 #[test]
 fn output_appends_a_line_per_run_and_csv_has_a_row_per_turn() {
     let _serial = serial();
-    let dir = tempdir("exports");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("run-exports");
     let lines = dir.join("results.jsonl");
     let csv = dir.join("turns.csv");
     for c in ["1", "3"] {
-        let out = run(&[
-            "run",
-            "--sim-instant",
-            "-c",
-            c,
-            "--tokenizer",
-            "none",
-            "--dataset",
-            "random",
-            "--turns",
-            "2",
-            "--num-sessions",
-            "3",
-            "--run-dir",
-            dir.join(format!("run-{c}")).to_str().unwrap(),
-            "--output",
-            lines.to_str().unwrap(),
-            "--csv",
-            csv.to_str().unwrap(),
-        ]);
+        let out = run(&random_run_args(
+            2,
+            3,
+            &dir.join(format!("run-{c}")),
+            &[
+                "--sim-instant",
+                "-c",
+                c,
+                "--output",
+                lines.to_str().unwrap(),
+                "--csv",
+                csv.to_str().unwrap(),
+            ],
+        ));
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let text = std::fs::read_to_string(&lines).unwrap();
-    let runs: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let runs = read_jsonl(&lines);
     assert_eq!(runs.len(), 2, "one line per run, appended");
     assert_eq!(runs[0]["concurrency"], 1);
     assert_eq!(runs[1]["concurrency"], 3);
@@ -476,27 +389,21 @@ fn output_appends_a_line_per_run_and_csv_has_a_row_per_turn() {
 /// Starts a slow embedded-simulator run (1.2 s turns) in a child process.
 fn slow_run(dir: &std::path::Path) -> std::process::Child {
     crate::bench()
-        .args([
-            "run",
-            "--sim-ttft-ms",
-            "200",
-            "--sim-itl-ms",
-            "50",
-            "--tokenizer",
-            "none",
-            "--dataset",
-            "random",
-            "--turns",
-            "3",
-            "--output-len",
-            "20",
-            "--num-sessions",
-            "8",
-            "-c",
-            "4",
-            "--run-dir",
-            dir.to_str().unwrap(),
-        ])
+        .args(random_run_args(
+            3,
+            8,
+            dir,
+            &[
+                "--sim-ttft-ms",
+                "200",
+                "--sim-itl-ms",
+                "50",
+                "--output-len",
+                "20",
+                "-c",
+                "4",
+            ],
+        ))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -507,26 +414,20 @@ fn turns_started(dir: &std::path::Path) -> bool {
     std::fs::read_to_string(dir.join("events.jsonl")).is_ok_and(|e| e.contains("\"measuring\""))
 }
 
-fn term(child: &std::process::Child) {
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-}
-
 #[test]
 fn a_signal_stops_dispatching_and_lets_turns_in_flight_finish_a_second_cuts_them() {
     let _serial = serial();
     for twice in [false, true] {
-        let dir = tempdir(if twice { "sig2" } else { "sig1" });
+        let dir = tempdir(if twice { "run-sig2" } else { "run-sig1" });
         let child = slow_run(&dir);
         while !turns_started(&dir) {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         std::thread::sleep(std::time::Duration::from_millis(500)); // turns are in flight
-        term(&child);
+        signal(&child, "-TERM");
         if twice {
             std::thread::sleep(std::time::Duration::from_millis(100));
-            term(&child);
+            signal(&child, "-TERM");
         }
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -540,11 +441,7 @@ fn a_signal_stops_dispatching_and_lets_turns_in_flight_finish_a_second_cuts_them
         let result: Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap())
                 .unwrap();
-        let turns: Vec<Value> = std::fs::read_to_string(dir.join("turns.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let turns = read_jsonl(&dir.join("turns.jsonl"));
         // Fewer than the 24 planned turns were played.
         assert!(turns.len() < 24, "{}", turns.len());
         let cut = turns
@@ -572,7 +469,7 @@ fn a_signal_stops_dispatching_and_lets_turns_in_flight_finish_a_second_cuts_them
 }
 
 /// `bench run` under a shell that first sets the open-files limits.
-fn run_with_nofile(limits: &str, args: &[&str]) -> std::process::Output {
+fn run_with_nofile(limits: &str, args: &[String]) -> std::process::Output {
     let bin = env!("CARGO_BIN_EXE_bench");
     let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
     std::process::Command::new("sh")
@@ -585,25 +482,15 @@ fn run_with_nofile(limits: &str, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn the_open_files_limit_is_raised_for_the_sessions_in_flight_or_the_error_says_how() {
-    let dir = tempdir("nofile");
-    let base = [
-        "run",
-        "--sim-instant",
-        "--tokenizer",
-        "none",
-        "--dataset",
-        "random",
-        "--turns",
-        "1",
-        "--num-sessions",
-        "300",
-        "-q",
-    ];
+    let dir = tempdir("run-nofile");
+    let args = |run_dir: &std::path::Path, c: &str| {
+        random_run_args(1, 300, run_dir, &["--sim-instant", "-q", "-c", c])
+    };
     // A soft limit of 256 under a higher hard one: raised, and 300 sessions play at once.
-    let run_dir = dir.join("raised");
-    let mut args = base.to_vec();
-    args.extend(["-c", "300", "--run-dir", run_dir.to_str().unwrap()]);
-    let out = run_with_nofile("ulimit -Sn 256 && ulimit -Hn 4096", &args);
+    let out = run_with_nofile(
+        "ulimit -Sn 256 && ulimit -Hn 4096",
+        &args(&dir.join("raised"), "300"),
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -611,9 +498,7 @@ fn the_open_files_limit_is_raised_for_the_sessions_in_flight_or_the_error_says_h
     );
     // A hard limit too low: exit 2 before any turn, one line saying what is needed.
     let low = dir.join("low");
-    let mut args = base.to_vec();
-    args.extend(["-c", "1000", "--run-dir", low.to_str().unwrap()]);
-    let out = run_with_nofile("ulimit -Sn 512 && ulimit -Hn 512", &args);
+    let out = run_with_nofile("ulimit -Sn 512 && ulimit -Hn 512", &args(&low, "1000"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");

@@ -2,50 +2,26 @@
 
 use serde_json::Value;
 
-use crate::{run, serial};
-
-fn tempdir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-cli-status-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
+use crate::{random_run_args, run, run_json, serial, status_json, tempdir};
 
 #[test]
 fn a_finished_run_is_stopped_by_completed_and_its_process_gone() {
     let _serial = serial();
-    let dir = tempdir("finished");
+    let dir = tempdir("status-finished");
     let run_dir = dir.join("run");
-    let out = run(&[
-        "run",
-        "--sim-instant",
-        "-c",
-        "2",
-        "--tokenizer",
-        "none",
-        "--dataset",
-        "random",
-        "--turns",
-        "2",
-        "--num-sessions",
-        "3",
-        "--quiet",
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-    ]);
+    let out = run(&random_run_args(
+        2,
+        3,
+        &run_dir,
+        &["--sim-instant", "-c", "2", "--quiet"],
+    ));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let out = run(&["status", run_dir.to_str().unwrap(), "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = status_json(&run_dir);
     assert_eq!(s["stopped"]["by"], "completed", "{s}");
     assert_eq!(s["process"], "gone", "{s}");
     assert_eq!(s["crashed"], false, "{s}");
@@ -71,49 +47,37 @@ fn a_finished_run_is_stopped_by_completed_and_its_process_gone() {
 
 #[test]
 fn a_missing_run_directory_is_exit_2_naming_it() {
-    let dir = tempdir("missing").join("nowhere");
-    let out = run(&["status", dir.to_str().unwrap()]);
+    let dir = tempdir("status-missing");
+    let missing = dir.join("nowhere");
+    let out = run(&["status", missing.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains(dir.to_str().unwrap()), "{stderr}");
+    assert!(stderr.contains(missing.to_str().unwrap()), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_run_whose_sessions_end_early_stops_by_exhausted() {
-    let dir = tempdir("exhausted");
+    let dir = tempdir("status-exhausted");
     let run_dir = dir.join("run");
     // The context guard ends every session before the turn that would not fit the window.
-    let out = run(&[
-        "run",
-        "--sim-instant",
-        "-c",
-        "2",
-        "--tokenizer",
-        "none",
-        "--dataset",
-        "random",
-        "--turns",
-        "6",
-        "--num-sessions",
-        "3",
-        "--max-model-len",
-        "1500",
-        "--quiet",
-        "--json",
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let result = run_json(&random_run_args(
+        6,
+        3,
+        &run_dir,
+        &[
+            "--sim-instant",
+            "-c",
+            "2",
+            "--max-model-len",
+            "1500",
+            "--quiet",
+            "--json",
+        ],
+    ));
     assert_eq!(result["summary"]["sessions_context_guard"], 3, "{result}");
-    let s: Value =
-        serde_json::from_slice(&run(&["status", run_dir.to_str().unwrap(), "--json"]).stdout)
-            .unwrap();
+    let s = status_json(&run_dir);
     assert_eq!(s["stopped"]["by"], "exhausted", "{s}");
     assert!(
         s["stopped"]["reason"]

@@ -4,17 +4,10 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::run;
+use crate::{run, run_json, tempdir};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// Tokens of `s` under the Qwen3 tokenizer loaded straight from the fixture file.
@@ -35,7 +28,7 @@ fn ref_count(s: &str) -> u64 {
 #[test]
 fn plan_of_a_directory_counts_what_an_independent_computation_counts() {
     let _serial = crate::serial();
-    let d = tempdir("dir-counts");
+    let d = tempdir("workload-dir-counts");
     let texts = [
         (
             "Fix the flaky test in tests/test_io.py",
@@ -60,7 +53,7 @@ fn plan_of_a_directory_counts_what_an_independent_computation_counts() {
         lines.push(serde_json::json!({"session_id": format!("s{s}"), "turns": turns}).to_string());
     }
     std::fs::write(d.join("a.jsonl"), lines.join("\n")).unwrap();
-    let out = run(&[
+    let v = run_json(&[
         "plan",
         "--json",
         "--dataset",
@@ -68,12 +61,6 @@ fn plan_of_a_directory_counts_what_an_independent_computation_counts() {
         "--system-prompt-tokens",
         "300",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     // Expectations computed here, from the texts and the plan rules in docs/workload.md.
     const OVERHEAD: u64 = 5;
     let (mut input, mut new_input, mut output, mut turns) = (0u64, 0u64, 0u64, 0u64);
@@ -100,13 +87,7 @@ fn plan_of_a_directory_counts_what_an_independent_computation_counts() {
 #[test]
 fn plan_json_has_the_stable_keys() {
     let _serial = crate::serial();
-    let out = run(&["plan", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = run_json(&["plan", "--json"]);
     for k in [
         "sessions",
         "turns",
@@ -127,7 +108,7 @@ fn plan_json_has_the_stable_keys() {
 #[test]
 fn import_then_plan_round_trip() {
     let _serial = crate::serial();
-    let d = tempdir("import");
+    let d = tempdir("workload-import");
     let out_file = d.join("lmcache.jsonl.zst");
     let out = run(&[
         "import",
@@ -146,7 +127,7 @@ fn import_then_plan_round_trip() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("2 sessions, 12 turns"));
-    let out = run(&[
+    let v = run_json(&[
         "plan",
         "--json",
         "--dataset",
@@ -154,12 +135,6 @@ fn import_then_plan_round_trip() {
         "--system-prompt-tokens",
         "1000",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["sessions"], 2);
     assert_eq!(v["turns"], 12);
     assert_eq!(v["system_prompt_tokens"], 1000);
@@ -174,7 +149,7 @@ fn import_then_plan_round_trip() {
 #[test]
 fn bad_input_is_one_line_naming_file_and_line_exit_2() {
     let _serial = crate::serial();
-    let d = tempdir("bad");
+    let d = tempdir("workload-bad");
     let f = d.join("bad.jsonl");
     std::fs::write(
         &f,
