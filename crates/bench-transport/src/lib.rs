@@ -29,6 +29,7 @@
 pub mod body;
 pub mod client;
 pub mod error;
+mod fastchunk;
 pub mod openai;
 pub mod sse;
 pub mod stream;

@@ -226,12 +226,16 @@ impl ChatStreamConsumer {
 
 impl Accum {
     fn on_chunk(&mut self, data: &str, offset: Duration) -> Result<(), Error> {
-        let chunk: wire::Chunk<'_> = serde_json::from_str(data).map_err(|e| {
-            Error::new(
-                ErrorKind::MalformedJson,
-                format!("{e} in chunk: {}", snippet(data)),
-            )
-        })?;
+        // The common shape without serde; anything else (and every error) through serde.
+        let chunk = match crate::fastchunk::parse(data) {
+            Some(c) => c,
+            None => serde_json::from_str::<wire::Chunk<'_>>(data).map_err(|e| {
+                Error::new(
+                    ErrorKind::MalformedJson,
+                    format!("{e} in chunk: {}", snippet(data)),
+                )
+            })?,
+        };
         if let Some(err) = chunk.error {
             let msg = err
                 .get("message")

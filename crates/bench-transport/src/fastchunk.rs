@@ -1,0 +1,588 @@
+//! A fast path for the common shape of a streamed chat-completion chunk.
+//!
+//! Decoding each chunk with serde was about 30 % of the client's CPU in a streamed turn: most
+//! of a chunk is fields the client never reads (`id`, `object`, `created`, `model`, ...), and
+//! one chunk is one output token. [`parse`] walks the chunk once, validating it as strict JSON,
+//! skipping what it does not need and borrowing the text it does. It gives up (`None`) on
+//! anything less common, and the caller then decodes the chunk with serde, which also reports
+//! what is malformed. So the fast path may only ever accept what serde accepts, and must return
+//! exactly what serde would; the tests check both over captured streams and mutations of them.
+//!
+//! It gives up on: escapes in a key, and `\u` surrogates in a text it returns (other escapes are
+//! decoded); a `usage`, `sglext` or `error`
+//! that is not `null` (the usage chunk comes once per stream); `tool_calls` or `message`; more
+//! than one choice; a duplicated field the client reads; nesting deeper than 64; a number it
+//! would not read exactly like serde (e.g. a non-integer `index`).
+
+use std::borrow::Cow;
+
+use crate::openai::wire::{Choices, Chunk};
+
+/// Nesting allowed in skipped values (serde's own limit is 128).
+const MAX_DEPTH: u32 = 64;
+
+/// Parses `data` when it has the common shape; `None` leaves it to serde.
+pub(crate) fn parse(data: &str) -> Option<Chunk<'_>> {
+    let mut p = P {
+        s: data,
+        b: data.as_bytes(),
+        i: 0,
+    };
+    p.ws();
+    p.eat(b'{')?;
+    let mut choices = None;
+    let mut seen = 0u8;
+    p.members(|p, key| {
+        let bit = match key {
+            "choices" => 1,
+            "usage" => 2,
+            "sglext" => 4,
+            "error" => 8,
+            _ => return p.skip_value(0),
+        };
+        if seen & bit != 0 {
+            return None; // serde: duplicate field
+        }
+        seen |= bit;
+        if bit == 1 {
+            choices = p.choices()?;
+            Some(())
+        } else {
+            p.null()
+        }
+    })?;
+    p.ws();
+    (p.i == p.b.len()).then_some(Chunk {
+        choices,
+        usage: None,
+        sglext: None,
+        error: None,
+    })
+}
+
+/// What a `delta` carries that the client reads.
+#[derive(Default)]
+struct Delta<'a> {
+    content: Option<Cow<'a, str>>,
+    reasoning_content: Option<Cow<'a, str>>,
+    reasoning: Option<Cow<'a, str>>,
+    refusal: Option<Cow<'a, str>>,
+}
+
+impl Delta<'_> {
+    fn has_text(&self) -> bool {
+        [
+            &self.content,
+            &self.reasoning_content,
+            &self.reasoning,
+            &self.refusal,
+        ]
+        .iter()
+        .any(|c| c.as_deref().is_some_and(|c| !c.is_empty()))
+    }
+}
+
+struct P<'a> {
+    s: &'a str,
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> P<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.peek() == Some(c)).then(|| self.i += 1)
+    }
+
+    fn lit(&mut self, word: &[u8]) -> Option<()> {
+        self.b[self.i..]
+            .starts_with(word)
+            .then(|| self.i += word.len())
+    }
+
+    fn null(&mut self) -> Option<()> {
+        self.lit(b"null")
+    }
+
+    /// The members of an object whose `{` was just read, up to and including its `}`: `f`
+    /// reads each value (the cursor on its first byte) given its key.
+    fn members(&mut self, mut f: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.ws();
+        if self.eat(b'}').is_some() {
+            return Some(());
+        }
+        loop {
+            self.ws();
+            let key = self.plain_str()?;
+            self.ws();
+            self.eat(b':')?;
+            self.ws();
+            f(self, key)?;
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Moves to the next `"` or `\\` of the current string; `None` at the end of the input or
+    /// on a control character before it (not allowed in a JSON string).
+    fn seek_quote_or_escape(&mut self) -> Option<u8> {
+        // (Strings here are short: a plain loop beats memchr's setup.)
+        let rest = &self.b[self.i..];
+        let n = rest
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+        if rest[n] < 0x20 {
+            return None;
+        }
+        self.i += n;
+        Some(rest[n])
+    }
+
+    /// A string without escapes, borrowed (the cursor on its `"`).
+    fn plain_str(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.i;
+        if self.seek_quote_or_escape()? != b'"' {
+            return None;
+        }
+        let s = &self.s[start..self.i];
+        self.i += 1;
+        Some(s)
+    }
+
+    /// `null` or a string: borrowed without escapes, decoded into an owned one with them
+    /// (a `\u` surrogate is left to serde).
+    fn opt_text(&mut self) -> Option<Option<Cow<'a, str>>> {
+        if self.peek()? == b'n' {
+            self.null()?;
+            return Some(None);
+        }
+        self.eat(b'"')?;
+        let start = self.i;
+        if self.seek_quote_or_escape()? == b'"' {
+            let s = &self.s[start..self.i];
+            self.i += 1;
+            return Some(Some(Cow::Borrowed(s)));
+        }
+        let mut out = String::with_capacity(self.i - start + 16);
+        let mut from = start;
+        loop {
+            out.push_str(&self.s[from..self.i]);
+            if self.b[self.i] == b'"' {
+                self.i += 1;
+                return Some(Some(Cow::Owned(out)));
+            }
+            // A backslash.
+            let c = match *self.b.get(self.i + 1)? {
+                b'"' => '"',
+                b'\\' => '\\',
+                b'/' => '/',
+                b'b' => '\u{8}',
+                b'f' => '\u{c}',
+                b'n' => '\n',
+                b'r' => '\r',
+                b't' => '\t',
+                b'u' => {
+                    let hex = std::str::from_utf8(self.b.get(self.i + 2..self.i + 6)?).ok()?;
+                    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return None;
+                    }
+                    let c = char::from_u32(u32::from_str_radix(hex, 16).ok()?)?;
+                    self.i += 4;
+                    c
+                }
+                _ => return None,
+            };
+            out.push(c);
+            self.i += 2;
+            from = self.i;
+            self.seek_quote_or_escape()?;
+        }
+    }
+
+    /// A `u32` written as JSON writes an integer (no sign, fraction, exponent or leading zero).
+    fn index(&mut self) -> Option<u32> {
+        let start = self.i;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
+        let digits = &self.s[start..self.i];
+        if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+            return None;
+        }
+        if matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        digits.parse().ok()
+    }
+
+    /// `null`, `[]` or a one-choice array, folded like [`Choices`]' serde visitor.
+    fn choices(&mut self) -> Option<Option<Choices<'a>>> {
+        if self.peek()? == b'n' {
+            self.null()?;
+            return Some(None);
+        }
+        self.eat(b'[')?;
+        self.ws();
+        let mut out = Choices::default();
+        if self.eat(b']').is_some() {
+            return Some(Some(out));
+        }
+        self.eat(b'{')?;
+        let (mut index, mut delta, mut finish) = (0u32, None, None);
+        let mut seen = 0u8;
+        self.members(|p, key| {
+            let bit = match key {
+                "index" => 1,
+                "delta" => 2,
+                "finish_reason" => 4,
+                "message" => return None,
+                _ => return p.skip_value(1),
+            };
+            if seen & bit != 0 {
+                return None;
+            }
+            seen |= bit;
+            match bit {
+                1 => index = p.index()?,
+                2 => delta = p.delta()?,
+                _ => finish = p.opt_text()?,
+            }
+            Some(())
+        })?;
+        self.ws();
+        self.eat(b']')?; // a second choice: left to serde
+        out.has_text = delta.as_ref().is_some_and(Delta::has_text);
+        if index == 0 {
+            if let Some(d) = delta {
+                out.content = d.content;
+                out.reasoning = d.reasoning_content.or(d.reasoning);
+            }
+            out.finish_reason = finish;
+        }
+        Some(Some(out))
+    }
+
+    /// `null` or a delta object.
+    fn delta(&mut self) -> Option<Option<Delta<'a>>> {
+        if self.peek()? == b'n' {
+            self.null()?;
+            return Some(None);
+        }
+        self.eat(b'{')?;
+        let mut d = Delta::default();
+        let mut seen = 0u8;
+        self.members(|p, key| {
+            let (bit, slot) = match key {
+                "content" => (1, &mut d.content),
+                "reasoning_content" => (2, &mut d.reasoning_content),
+                "reasoning" => (4, &mut d.reasoning),
+                "refusal" => (8, &mut d.refusal),
+                "tool_calls" => return None,
+                _ => return p.skip_value(2),
+            };
+            if seen & bit != 0 {
+                return None;
+            }
+            seen |= bit;
+            *slot = p.opt_text()?;
+            Some(())
+        })?;
+        Some(Some(d))
+    }
+
+    /// Skips one value, validating it (the cursor on its first byte).
+    fn skip_value(&mut self, depth: u32) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.peek()? {
+            b'"' => self.skip_str(),
+            b'{' => {
+                self.i += 1;
+                self.members(|p, _| p.skip_value(depth + 1))
+            }
+            b'[' => {
+                self.i += 1;
+                self.ws();
+                if self.eat(b']').is_some() {
+                    return Some(());
+                }
+                loop {
+                    self.ws();
+                    self.skip_value(depth + 1)?;
+                    self.ws();
+                    match self.peek()? {
+                        b',' => self.i += 1,
+                        b']' => {
+                            self.i += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b't' => self.lit(b"true"),
+            b'f' => self.lit(b"false"),
+            b'n' => self.null(),
+            b'-' | b'0'..=b'9' => self.skip_number(),
+            _ => None,
+        }
+    }
+
+    /// A string, escapes included (validated, not decoded).
+    fn skip_str(&mut self) -> Option<()> {
+        self.eat(b'"')?;
+        loop {
+            match self.seek_quote_or_escape()? {
+                b'"' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => {
+                    self.i += 1;
+                    match *self.b.get(self.i)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 1,
+                        b'u' => {
+                            let hex = self.b.get(self.i + 1..self.i + 5)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return None;
+                            }
+                            // A surrogate is left to serde, which knows its pairing rules.
+                            if matches!(hex[0], b'd' | b'D') && !matches!(hex[1], b'0'..=b'7') {
+                                return None;
+                            }
+                            self.i += 5;
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+        }
+    }
+
+    /// A number in JSON's grammar (at most 32 bytes: anything longer is left to serde).
+    fn skip_number(&mut self) -> Option<()> {
+        let start = self.i;
+        let _ = self.eat(b'-');
+        let digits = |p: &mut Self| {
+            let from = p.i;
+            while let Some(b'0'..=b'9') = p.peek() {
+                p.i += 1;
+            }
+            p.i - from
+        };
+        match self.peek()? {
+            b'0' => self.i += 1,
+            b'1'..=b'9' => {
+                digits(self);
+            }
+            _ => return None,
+        }
+        if self.eat(b'.').is_some() && digits(self) == 0 {
+            return None;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.i += 1;
+            }
+            if digits(self) == 0 {
+                return None;
+            }
+        }
+        (self.i - start <= 32).then_some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// What the client reads from a chunk, from either path.
+    fn reading(c: &Chunk<'_>) -> String {
+        let ch = c.choices.as_ref().map(|c| {
+            (
+                c.has_text,
+                c.content.as_deref().map(str::to_owned),
+                c.reasoning.as_deref().map(str::to_owned),
+                c.finish_reason.as_deref().map(str::to_owned),
+            )
+        });
+        format!(
+            "{ch:?} usage={} sglext={} error={:?}",
+            c.usage.is_some(),
+            c.sglext.is_some(),
+            c.error
+        )
+    }
+
+    /// The fast path accepts only what serde accepts, and reads it the same; returns whether
+    /// it took the chunk.
+    fn agrees(data: &str) -> bool {
+        let slow: Result<Chunk<'_>, _> = serde_json::from_str(data);
+        match parse(data) {
+            Some(fast) => {
+                let slow = slow.unwrap_or_else(|e| {
+                    panic!("fast path accepted what serde rejects ({e}): {data}")
+                });
+                assert_eq!(reading(&fast), reading(&slow), "{data}");
+                true
+            }
+            None => false,
+        }
+    }
+
+    const COMMON: &[&str] = &[
+        // The simulator's (vLLM's) shape.
+        r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" enim"},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" x"},"logprobs":null,"finish_reason":"length","stop_reason":null}]}"#,
+        // llama.cpp's order, an empty delta, an emoji.
+        r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"🌟"}}],"created":1796013671,"id":"c","model":"smollm2-135m","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}"#,
+        r#"{"choices":[{"finish_reason":"length","index":0,"delta":{}}],"created":1,"id":"c","model":"m","object":"chat.completion.chunk"}"#,
+        // Reasoning under both names, a refusal, null usage, an empty choices array.
+        r#"{"choices":[{"index":0,"delta":{"reasoning_content":"hmm","content":null}}],"usage":null}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning":"so"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning_content":"","reasoning":"b"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"refusal":"no"}}]}"#,
+        // Escapes in the text are decoded.
+        r#"{"choices":[{"index":0,"delta":{"content":"a\nb\"c\\d\/e\tf\u00e9g\u4e2dh\b\f\r"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"\n"},"finish_reason":"st\u006fp"}]}"#,
+        r#"{"choices":[],"usage":null,"sglext":null,"error":null}"#,
+        r#"{"choices":null}"#,
+        r#"{}"#,
+        // Another index: output but no text for choice 0.
+        r#"{"choices":[{"index":1,"delta":{"content":"b"},"finish_reason":"stop"}]}"#,
+        // Skipped values of every kind, whitespace everywhere.
+        " { \"x\" : [ 1 , -2.5e+3 , 0.0 , true , false , null , { \"a\" : [ ] } , \"\\\"\\u00e9\\n\" ] ,\n\"choices\" : [ { \"index\" : 0 , \"delta\" : { \"content\" : \"a\" } , \"logprobs\" : { \"content\" : [ { \"token\" : \"a\" , \"logprob\" : -0.1 } ] } } ] }\r\n",
+    ];
+
+    const FALLBACK: &[&str] = &[
+        // A surrogate pair in the text, a usage chunk, tool calls, two choices, duplicate fields.
+        r#"{"choices":[{"index":0,"delta":{"content":"a\ud83c\udf1fb"}}]}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"name":"f"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{"content":"b"}}]}"#,
+        r#"{"choices":[],"choices":[]}"#,
+        r#"{"choices":[{"index":0,"index":0}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}"#,
+        r#"{"choices":[{"index":0,"message":{"content":"a"}}]}"#,
+        r#"{"error":{"message":"boom"}}"#,
+        r#"{"sglext":{"cached_tokens_details":{"device":1,"host":0}}}"#,
+        // Not quite JSON, or numbers read differently.
+        r#"{"choices":[{"index":01}]}"#,
+        r#"{"choices":[{"index":0.0}]}"#,
+        r#"{"choices":[{"index":-0}]}"#,
+        r#"{"choices":[{"index":4294967296}]}"#,
+        r#"{"choices":[]} x"#,
+        r#"{"choices":[],}"#,
+        r#"{"x":01}"#,
+        r#"{"x":"\ud800"}"#,
+        r#"["choices"]"#,
+    ];
+
+    #[test]
+    fn common_chunks_take_the_fast_path_and_read_as_serde_does() {
+        for data in COMMON {
+            assert!(agrees(data), "not taken: {data}");
+        }
+    }
+
+    #[test]
+    fn uncommon_chunks_are_left_to_serde() {
+        for data in FALLBACK {
+            assert!(!agrees(data), "taken: {data}");
+        }
+    }
+
+    /// Every event of the captured streams in `fixtures/openai_stream`.
+    fn captured_events() -> Vec<String> {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/openai_stream");
+        let mut files = vec![
+            dir.join("llamacpp_smollm2_stream_include_usage.sse"),
+            dir.join("sglang-0.5.23_protocol_rendered_chat_stream.SYNTHETIC.sse"),
+        ];
+        for e in std::fs::read_dir(dir.join("openai-python-recordings")).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "bin") {
+                files.push(p);
+            }
+        }
+        let mut out = Vec::new();
+        for f in files {
+            let text = String::from_utf8_lossy(&std::fs::read(&f).unwrap()).into_owned();
+            for line in text.lines() {
+                if let Some(d) = line.strip_prefix("data:") {
+                    let d = d.trim_start();
+                    if d.starts_with('{') {
+                        out.push(d.to_owned());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn captured_streams_read_the_same_and_mostly_take_the_fast_path() {
+        let events = captured_events();
+        assert!(events.len() > 50, "{}", events.len());
+        let taken = events.iter().filter(|d| agrees(d)).count();
+        assert!(taken * 2 > events.len(), "{taken} of {}", events.len());
+    }
+
+    /// Single-byte deletions, insertions and replacements of every chunk above: whatever the
+    /// fast path accepts, serde accepts and reads the same.
+    #[test]
+    fn mutations_never_make_the_fast_path_disagree() {
+        let mut corpus: Vec<String> = COMMON
+            .iter()
+            .chain(FALLBACK)
+            .map(|s| (*s).to_owned())
+            .collect();
+        corpus.extend(captured_events().into_iter().take(40));
+        let bytes: &[u8] = b"\"{}[],:\\ 0-1.eE+tnu\n";
+        let mut checked = 0;
+        for data in &corpus {
+            let b = data.as_bytes();
+            for i in 0..=b.len() {
+                let mut variants: Vec<Vec<u8>> = Vec::new();
+                if i < b.len() {
+                    variants.push([&b[..i], &b[i + 1..]].concat());
+                }
+                for &c in bytes {
+                    variants.push([&b[..i], &[c], &b[i..]].concat());
+                    if i < b.len() {
+                        variants.push([&b[..i], &[c], &b[i + 1..]].concat());
+                    }
+                }
+                for v in variants {
+                    if let Ok(s) = std::str::from_utf8(&v) {
+                        agrees(s);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 100_000, "{checked}");
+    }
+}
