@@ -277,6 +277,37 @@ async fn streaming_shape_with_ignore_eos() -> Result<()> {
     Ok(())
 }
 
+/// An instant answer too long for one 32 KiB frame is streamed in frames by its own task (the
+/// short ones go out with the response head): every token still arrives once, in order.
+#[tokio::test]
+async fn a_long_instant_answer_is_streamed_whole() -> Result<()> {
+    let (sim, mut c) = start(instant()).await?;
+    let s = c
+        .stream(&chat("hello there", 1000, true, true), None)
+        .await?;
+    assert_eq!(s.status, StatusCode::OK);
+    assert_eq!(s.events.last().map(|e| e.1.as_str()), Some("[DONE]"));
+    let bytes: usize = s.events.iter().map(|e| e.1.len()).sum();
+    assert!(bytes > 3 * 32 * 1024, "{bytes} bytes: more than one frame");
+    let chunks = s.chunks();
+    let content = &chunks[1..chunks.len() - 1];
+    assert_eq!(content.len(), 1000, "one event per token");
+    assert!(
+        content[..999]
+            .iter()
+            .all(|ch| ch["choices"][0]["finish_reason"].is_null())
+    );
+    assert_eq!(content[999]["choices"][0]["finish_reason"], "length");
+    let ids: std::collections::BTreeSet<&str> =
+        chunks.iter().map(|ch| ch["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 1, "one completion");
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 1000);
+    assert_eq!(sim.stats().completion_tokens_total, 1000);
+    assert_eq!(sim.stats().finished_total, 1);
+    sim.shutdown().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn early_stop_is_seeded_and_reproducible() -> Result<()> {
     let run = || async {
