@@ -1,9 +1,8 @@
-//! `cargo xtask ci`: the same checks as `.ci/run`, for a developer's machine.
+//! `cargo xtask ci`: runs `bash .ci/run` from the workspace root, the one list of CI checks,
+//! and exits with its status.
 
 use std::path::PathBuf;
-use std::process::Command;
-
-use anyhow::{Context, Result, bail};
+use std::process::{Command, ExitCode};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -12,51 +11,37 @@ fn root() -> PathBuf {
         .unwrap_or_default()
 }
 
-fn step(name: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<()> {
-    eprintln!("xtask ci: {name}: {program} {}", args.join(" "));
-    let status = Command::new(program)
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(root())
-        .status()
-        .with_context(|| format!("cannot run {program}"))?;
-    if !status.success() {
-        bail!("{name} failed ({status})");
+/// Runs `.ci/run`; its exit code is ours (128 + the signal if a signal ended it).
+pub fn run(args: &[String]) -> ExitCode {
+    if !args.is_empty() {
+        eprintln!("xtask ci: takes no arguments (got {args:?})");
+        return ExitCode::from(2);
     }
-    Ok(())
-}
-
-/// Runs every check in order, stopping at the first failure.
-pub fn run() -> Result<()> {
-    step("format", "cargo", &["fmt", "--all", "--check"], &[])?;
-    step(
-        "lint",
-        "cargo",
-        &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ],
-        &[],
-    )?;
-    step(
-        "docs",
-        "cargo",
-        &["doc", "--workspace", "--no-deps"],
-        &[("RUSTDOCFLAGS", "-D warnings")],
-    )?;
-    step("tests", "cargo", &["test", "--workspace"], &[])?;
-    step(
-        "main command",
-        "cargo",
-        &["run", "--release", "-p", "bench-cli", "--", "run"],
-        &[],
-    )?;
-    crate::bench::run(&[])?;
-    crate::it::run(&["llama".to_owned()])?;
-    crate::it::run(&["omnigent".to_owned()])?;
-    Ok(())
+    let root = root();
+    eprintln!("xtask ci: bash .ci/run (in {})", root.display());
+    let status = match Command::new("bash")
+        .arg(".ci/run")
+        .current_dir(&root)
+        .status()
+    {
+        Ok(status) => status,
+        Err(e) => {
+            eprintln!("xtask ci: cannot run bash .ci/run: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if status.success() {
+        return ExitCode::SUCCESS;
+    }
+    let code = status.code().or_else(|| {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal().map(|s| 128 + s)
+    });
+    eprintln!("xtask ci: .ci/run failed ({status})");
+    // A failure never maps to 0, even if the code does not fit in a byte.
+    ExitCode::from(
+        code.and_then(|c| u8::try_from(c).ok())
+            .filter(|&c| c != 0)
+            .unwrap_or(1),
+    )
 }

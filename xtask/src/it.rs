@@ -14,6 +14,7 @@
 //!   latency mode and once in throughput mode and checks the reports: all 7 journeys, every
 //!   operation ok, no setup failure.
 
+use bench_rundir::{CountSource, TurnRecord, TurnStatus};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -506,17 +507,21 @@ fn models(base: &str) -> Result<(String, Option<u64>)> {
     Ok((id.to_string(), model["meta"]["n_ctx"].as_u64()))
 }
 
-fn read_jsonl(path: &Path) -> Result<Vec<Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .enumerate()
-        .map(|(i, l)| {
-            serde_json::from_str(l)
-                .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))
-        })
-        .collect()
+/// A finished run's records, typed; any line that is not a record is an error.
+fn read_turns(path: &Path) -> Result<Vec<TurnRecord>> {
+    let lines = bench_rundir::jsonl::read::<TurnRecord>(path)?;
+    if let Some(b) = lines.bad.first() {
+        anyhow::bail!(
+            "{}:{}: not a turn record: {}",
+            path.display(),
+            b.line,
+            b.error
+        );
+    }
+    if let Some(t) = lines.torn {
+        anyhow::bail!("{}:{}: torn last line", path.display(), t.line);
+    }
+    Ok(lines.records)
 }
 
 /// What the checks found, for the final line.
@@ -536,7 +541,7 @@ fn check_run(run_dir: &Path) -> Result<Findings> {
             .with_context(|| format!("cannot read {}", result_path.display()))?,
     )
     .with_context(|| format!("{}: not JSON", result_path.display()))?;
-    let turns = read_jsonl(&run_dir.join("turns.jsonl"))?;
+    let turns = read_turns(&run_dir.join(bench_rundir::files::TURNS))?;
     let summary = &result["summary"];
     let turns_ok = summary["turns_ok"].as_u64().unwrap_or(0);
     let turns_failed = summary["turns_failed"].as_u64().unwrap_or(0);
@@ -546,39 +551,35 @@ fn check_run(run_dir: &Path) -> Result<Findings> {
     let mut errors: BTreeMap<String, (u32, String)> = BTreeMap::new();
     let (mut later_turns, mut later_turns_cached, mut output_tokens) = (0, 0, 0);
     for t in &turns {
-        let who = format!(
-            "{} turn {}",
-            t["session_id"].as_str().unwrap_or("?"),
-            t["turn_index"]
-        );
-        if t["status"] != "ok" {
-            let kind = t["error_kind"]
-                .as_str()
-                .or(t["status"].as_str())
-                .unwrap_or("?")
-                .to_string();
+        let who = format!("{} turn {}", t.session_id, t.turn_index);
+        if t.status != TurnStatus::Ok {
+            let kind = t
+                .error_kind
+                .map_or_else(|| format!("{:?}", t.status), |k| k.as_str().to_owned());
             let e = errors
                 .entry(kind)
-                .or_insert_with(|| (0, t["error"].as_str().unwrap_or("").to_string()));
+                .or_insert_with(|| (0, t.error.clone().unwrap_or_default()));
             e.0 += 1;
             continue;
         }
-        for key in ["input_tokens_source", "output_tokens_source"] {
-            if t[key] != "server" {
+        for (key, source) in [
+            ("input_tokens_source", t.input_tokens_source),
+            ("output_tokens_source", t.output_tokens_source),
+        ] {
+            if source != Some(CountSource::Server) {
                 problems.push(format!(
-                    "{who}: {key} is {} (want \"server\": no usage in the stream)",
-                    t[key]
+                    "{who}: {key} is {source:?} (want server: no usage in the stream)"
                 ));
             }
         }
-        match t["ttft_ms"].as_f64() {
+        match t.ttft_ms {
             Some(x) if x > 0.0 => {}
-            _ => problems.push(format!("{who}: ttft_ms is {}", t["ttft_ms"])),
+            other => problems.push(format!("{who}: ttft_ms is {other:?}")),
         }
-        output_tokens += t["output_tokens"].as_u64().unwrap_or(0);
-        if t["turn_index"].as_u64().unwrap_or(0) > 0 {
+        output_tokens += t.output_tokens.unwrap_or(0);
+        if t.turn_index > 0 {
             later_turns += 1;
-            if t["cached_tokens"].as_u64().unwrap_or(0) > 0 {
+            if t.cached_tokens.unwrap_or(0) > 0 {
                 later_turns_cached += 1;
             }
         }

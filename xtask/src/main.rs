@@ -1,7 +1,7 @@
 //! `cargo xtask`: project automation (matklad's convention). One module per task.
 //!
-//! * `cargo xtask ci` — the checks `.ci/run` runs: fmt, clippy, docs, tests, the README's main
-//!   command.
+//! * `cargo xtask ci` — runs `bash .ci/run`, the one list of CI checks, and exits with its
+//!   status.
 //! * `cargo xtask perf [SCENARIO...]` — the load scenarios side by side with peers (client,
 //!   http, fidelity, scale, long, sim); `cargo xtask perf plan` — planning. Results in
 //!   `target/perf/`.
@@ -22,13 +22,13 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("ci") => ci::run(),
+        Some("ci") => return ci::run(&args[1..]),
         Some("perf") => perf::run(&args[1..]),
         Some("it") => it::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help") | None => {
             println!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci            fmt, clippy, docs, tests and the README's main command\n  perf [SCENARIO...]\n                load scenarios with peers: client http fidelity scale long sim\n                (all by default; summary in target/perf/summary.json)\n  perf plan     planning throughput and memory\n  it llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  it omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys\n  bench [--update-baseline]\n                the openai journey pack vs the committed baseline (how CI uses us)"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci            bash .ci/run: every CI check, exiting with its status\n  perf [SCENARIO...]\n                load scenarios with peers: client http fidelity scale long sim\n                (all by default; summary in target/perf/summary.json)\n  perf plan     planning throughput and memory\n  it llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  it omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys\n  bench [--update-baseline]\n                the openai journey pack vs the committed baseline (how CI uses us)"
             );
             Ok(())
         }

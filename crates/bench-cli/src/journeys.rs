@@ -10,7 +10,7 @@ use bench_journeys::{
 use bench_transport::{Client, ClientConfig};
 use clap::Args;
 
-use crate::run::{EmbeddedSimArgs, parse_duration};
+use crate::run_args::{EmbeddedSimArgs, parse_duration};
 use crate::{CliError, out};
 
 /// `bench journeys` flags.
@@ -109,69 +109,9 @@ fn load_journeys(args: &JourneysCmd) -> Result<(String, Vec<Arc<dyn Journey>>), 
     }
 }
 
-fn list(journeys: &[Arc<dyn Journey>]) -> String {
-    let mut s = String::new();
-    for j in journeys {
-        let mut flags = Vec::new();
-        if j.concurrency_safe() {
-            flags.push("concurrency-safe".to_owned());
-        }
-        if j.needs_mock_llm() {
-            flags.push("needs-mock-llm".to_owned());
-        }
-        if let Some(m) = j.max_iterations() {
-            flags.push(format!("max-iterations={m}"));
-        }
-        s.push_str(&format!(
-            "{:<28}{:<12}{:<34}{}\n",
-            j.name(),
-            j.kind().as_str(),
-            flags.join(","),
-            j.description()
-        ));
-    }
-    s
-}
-
-/// The commit measured: `GITHUB_SHA`, `BENCH_GIT_SHA`, or `git rev-parse HEAD` when it works.
-fn git_sha() -> Option<String> {
-    for k in ["BENCH_GIT_SHA", "GITHUB_SHA"] {
-        if let Ok(v) = std::env::var(k) {
-            if !v.trim().is_empty() {
-                return Some(v.trim().to_owned());
-            }
-        }
-    }
-    let o = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let s = String::from_utf8(o.stdout).ok()?.trim().to_owned();
-    (o.status.success() && !s.is_empty()).then_some(s)
-}
-
-fn host() -> serde_json::Value {
-    let name = crate::lifecycle::host();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    serde_json::json!({ "name": name, "cpus": cpus, "os": std::env::consts::OS })
-}
-
 fn write_file(path: &Path, text: &str) -> Result<(), CliError> {
     std::fs::write(path, text)
         .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", path.display())))
-}
-
-/// Reads a baseline report.
-pub fn read_report(path: &Path) -> Result<Report, CliError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::Usage(format!("--baseline {}: {e}", path.display())))?;
-    serde_json::from_str(&text).map_err(|e| {
-        CliError::Usage(format!(
-            "--baseline {}: not a bench journeys report: {e}",
-            path.display()
-        ))
-    })
 }
 
 /// Runs `bench journeys`.
@@ -179,7 +119,7 @@ pub async fn run_journeys(args: JourneysCmd) -> Result<(), CliError> {
     let (source, all) = load_journeys(&args)?;
     let journeys = select(all, &args.journeys).map_err(CliError::Usage)?;
     if args.list {
-        return out(&list(&journeys));
+        return out(&bench_journeys::suite::listing(&journeys));
     }
     if args.runs == 0 || args.iterations == 0 || args.requests == 0 {
         return Err(CliError::Usage(
@@ -193,7 +133,7 @@ pub async fn run_journeys(args: JourneysCmd) -> Result<(), CliError> {
     }
     // Read the baseline first: a bad file fails before minutes of measuring.
     let baseline = match &args.baseline {
-        Some(p) => Some(read_report(p)?),
+        Some(p) => Some(Report::read(p).map_err(|e| CliError::Usage(format!("--baseline {e}")))?),
         None => None,
     };
     let is_openai = args.file.is_none() && args.pack.as_deref().is_none_or(|p| p == "openai");
@@ -301,8 +241,8 @@ async fn measure(
             "timeout_s": args.timeout.as_secs_f64(),
             "modes": modes,
         }),
-        git_sha(),
-        host(),
+        bench_journeys::suite::git_sha(),
+        bench_journeys::suite::host_info(&bench_run::lifecycle::host()),
     );
     let cmp = baseline
         .as_ref()
@@ -326,17 +266,7 @@ async fn measure(
         }
     }
     // Verdicts: setup failures, gates, regressions.
-    let mut problems: Vec<String> = report
-        .journeys
-        .iter()
-        .flat_map(|(n, j)| {
-            j.runs.iter().filter_map(move |r| {
-                r.setup_failure
-                    .as_ref()
-                    .map(|f| format!("{n}: setup failed: {f}"))
-            })
-        })
-        .collect();
+    let mut problems = report.setup_failures();
     let gates = Gates {
         min_rps: args.min_rps,
         max_p50_ms: args.max_p50_ms,

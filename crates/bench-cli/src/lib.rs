@@ -5,16 +5,17 @@
 //! `bench plan` (build and summarize a workload plan), `bench import` (convert traces),
 //! `bench run` (replay and measure), `bench journeys` (time API operations).
 
-pub mod backend;
-pub mod journeys;
-pub mod lifecycle;
-pub mod output;
-pub mod progress;
-pub mod resume;
-pub mod run;
-pub mod scrape;
-pub mod status;
-pub mod workload;
+mod journeys;
+mod progress;
+mod run;
+mod run_args;
+mod status;
+mod workload;
+
+pub use journeys::run_journeys;
+pub use run::run_run;
+pub use status::run_status;
+pub use workload::{run_import, run_plan};
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -22,15 +23,21 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bench_sim::{Flavor, LatencyMode, SimConfig, SimServer};
-use bench_transport::{
-    ChatMessage, ChatRequest, Client, ClientConfig, ErrorKind, RequestOptions, Role, TurnOutcome,
-};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use serde::Serialize;
 
 /// Benchmark LLM inference servers and agent platforms under realistic agentic load.
+///
+/// Replays agent sessions (many turns, growing context, tool waits, prefix-cache reuse) against
+/// any OpenAI-compatible server (vLLM, SGLang, llama.cpp, ...) or the embedded simulator, and
+/// measures TTFT, TPOT, chunk gaps, throughput, goodput and the server's own /metrics from the
+/// bytes as they arrive.
+///
+/// Start with `bench run` (no server needed: the embedded simulator answers), then `bench run
+/// --base-url http://HOST:PORT`. Every run leaves a directory: `bench status DIR` tells what it
+/// is doing, `bench run --resume DIR` finishes one that crashed. `bench journeys` times API
+/// operations for CI gates. `bench COMMAND --help` explains each command.
 #[derive(Debug, Parser)]
-#[command(name = "bench", version, about, long_about = None, propagate_version = true)]
+#[command(name = "bench", version, propagate_version = true)]
 pub struct Cli {
     /// The command to run.
     #[command(subcommand)]
@@ -62,7 +69,7 @@ pub enum Command {
     /// `bench run --resume RUN_DIR` finishes a run that crashed or was stopped. Exit codes: 0
     /// ok, 1 more turns failed than --max-error-rate allows (or the run failed), 2 bad usage or
     /// input.
-    Run(Box<run::RunCmd>),
+    Run(Box<run_args::RunCmd>),
     /// Build a workload plan from a dataset and summarize it: sessions, turns, tokens, peak
     /// context, system prompt, tool waits and an estimate of wall time.
     ///
@@ -162,35 +169,7 @@ impl SimModelArgs {
             },
             _ => LatencyMode::Model,
         };
-        for (v, name) in [
-            (self.prefill_ms_per_token, "--prefill-ms-per-token"),
-            (self.decode_step_ms, "--decode-step-ms"),
-            (self.decode_step_ms_per_seq, "--decode-step-ms-per-seq"),
-        ] {
-            if !v.is_finite() || v < 0.0 {
-                return Err(format!("{name} must be a non-negative number, got {v}"));
-            }
-        }
-        if !self.time_scale.is_finite() || self.time_scale <= 0.0 {
-            return Err(format!(
-                "--time-scale must be a positive number, got {}",
-                self.time_scale
-            ));
-        }
-        if self.block_size == 0
-            || self.max_num_seqs == 0
-            || self.max_model_len == 0
-            || self.max_num_batched_tokens == 0
-        {
-            return Err("--block-size, --max-num-seqs, --max-num-batched-tokens and --max-model-len must be at least 1".into());
-        }
-        if self.kv_capacity_tokens < u64::from(self.block_size) {
-            return Err(format!(
-                "--kv-capacity-tokens ({}) must hold at least one block of --block-size ({})",
-                self.kv_capacity_tokens, self.block_size
-            ));
-        }
-        Ok(SimConfig {
+        let c = SimConfig {
             bind,
             model,
             mode,
@@ -211,7 +190,11 @@ impl SimModelArgs {
             default_max_tokens: self.default_max_tokens,
             tokenizer: self.tokenizer.clone(),
             ..SimConfig::default()
-        })
+        };
+        // Each field's flag is its name with dashes.
+        c.validate()
+            .map_err(|(field, what)| format!("--{} {what}", field.replace('_', "-")))?;
+        Ok(c)
     }
 }
 
@@ -337,17 +320,10 @@ pub(crate) fn out(text: &str) -> Result<(), CliError> {
     }
 }
 
-fn transport_error(e: bench_transport::Error) -> CliError {
-    match e.kind() {
-        ErrorKind::InvalidRequest => CliError::Usage(e.to_string()),
-        _ => CliError::Failed(e.to_string()),
-    }
-}
-
 /// Runs `bench sim` until Ctrl-C (or SIGTERM).
 pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
     // Every client connection is a descriptor: allow as many as the hard limit does.
-    lifecycle::ensure_open_files(None, "bench sim")?;
+    bench_run::lifecycle::ensure_open_files(None, "bench sim").map_err(run::run_error)?;
     let mut config = args
         .sim
         .to_config(
@@ -362,19 +338,11 @@ pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
         .await
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let c = server.config();
-    let mode = match c.mode {
-        LatencyMode::Model => "continuous-batching model".to_string(),
-        LatencyMode::Fixed { ttft, itl } => format!(
-            "fixed ttft {} ms, itl {} ms",
-            ttft.as_secs_f64() * 1e3,
-            itl.as_secs_f64() * 1e3
-        ),
-        LatencyMode::Instant => "instant".to_string(),
-    };
     out(&format!(
-        "bench sim listening on {} (model {}, {mode}); Ctrl-C to stop\n",
+        "bench sim listening on {} (model {}, {}); Ctrl-C to stop\n",
         server.base_url(),
-        c.model
+        c.model,
+        c.mode
     ))?;
     wait_for_shutdown_signal().await;
     eprintln!("bench sim: shutting down");
@@ -404,101 +372,12 @@ async fn wait_for_shutdown_signal() {
     }
 }
 
-/// The `bench probe --json` object. Keys are stable; times in ms, `null` when not measured.
-#[derive(Debug, Serialize)]
-pub struct ProbeReport {
-    /// Where the turn went.
-    pub base_url: String,
-    /// True when the embedded simulator served it.
-    pub embedded: bool,
-    /// Model name used.
-    pub model: String,
-    /// Whether the response was streamed.
-    pub stream: bool,
-    /// Time to first output chunk.
-    pub ttft_ms: Option<f64>,
-    /// Request sent → end of body.
-    pub e2e_ms: f64,
-    /// `(e2e − ttft) / (completion_tokens − 1)`.
-    pub tpot_ms: Option<f64>,
-    /// Output-bearing chunks received.
-    pub chunks: usize,
-    /// Largest gap between consecutive output chunks.
-    pub max_chunk_gap_ms: Option<f64>,
-    /// Server-reported prompt tokens.
-    pub prompt_tokens: Option<u64>,
-    /// Server-reported completion tokens.
-    pub completion_tokens: Option<u64>,
-    /// Server-reported prefix-cache hits.
-    pub cached_tokens: Option<u64>,
-    /// Finish reason of choice 0.
-    pub finish_reason: Option<String>,
-    /// Requests re-sent because a pooled connection had been closed.
-    pub redials: u32,
-    /// Characters of generated content.
-    pub output_chars: usize,
-}
-
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
-}
-
-impl ProbeReport {
-    fn new(base_url: String, embedded: bool, model: String, o: &TurnOutcome) -> Self {
-        let u = o.usage.unwrap_or_default();
-        ProbeReport {
-            base_url,
-            embedded,
-            model,
-            stream: o.streamed,
-            ttft_ms: o.ttft.map(ms),
-            e2e_ms: ms(o.e2e),
-            tpot_ms: o.tpot().map(ms),
-            chunks: o.chunk_offsets.len(),
-            max_chunk_gap_ms: o.chunk_gaps().max().map(ms),
-            prompt_tokens: u.prompt_tokens,
-            completion_tokens: u.completion_tokens,
-            cached_tokens: u.cached_tokens,
-            finish_reason: o.finish_reason.clone(),
-            redials: o.redials,
-            output_chars: o.content.chars().count(),
-        }
-    }
-
-    fn text(&self) -> String {
-        let f = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.1} ms"));
-        let n = |v: Option<u64>| v.map_or("n/a".to_string(), |v| v.to_string());
-        format!(
-            "bench probe → {} (model {}{})\n  ttft     {}\n  e2e      {:.1} ms\n  tpot     {}\n  chunks   {} (max gap {})\n  tokens   prompt {} · completion {} · cached {}\n  finish   {}\n",
-            self.base_url,
-            self.model,
-            if self.embedded {
-                ", embedded simulator"
-            } else {
-                ""
-            },
-            f(self.ttft_ms),
-            self.e2e_ms,
-            f(self.tpot_ms),
-            self.chunks,
-            f(self.max_chunk_gap_ms),
-            n(self.prompt_tokens),
-            n(self.completion_tokens),
-            n(self.cached_tokens),
-            self.finish_reason.as_deref().unwrap_or("n/a"),
-        )
-    }
-}
-
 /// `--header K=V` values, validated.
 pub(crate) fn parse_headers(headers: &[String]) -> Result<Vec<(String, String)>, CliError> {
     headers
         .iter()
-        .map(|h| match h.split_once('=') {
-            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
-            _ => Err(CliError::Usage(format!(
-                "--header {h:?}: expected NAME=VALUE"
-            ))),
+        .map(|h| {
+            bench_run::spec::parse_header(h).map_err(|e| CliError::Usage(format!("--header {e}")))
         })
         .collect()
 }
@@ -507,16 +386,10 @@ pub(crate) fn parse_headers(headers: &[String]) -> Result<Vec<(String, String)>,
 pub(crate) fn parse_extra_body(
     body: Option<&str>,
 ) -> Result<serde_json::Map<String, serde_json::Value>, CliError> {
-    match body.map(serde_json::from_str::<serde_json::Value>) {
-        None => Ok(serde_json::Map::new()),
-        Some(Ok(serde_json::Value::Object(m))) => Ok(m),
-        Some(Ok(_)) => Err(CliError::Usage(
-            "--extra-request-body must be a JSON object".into(),
-        )),
-        Some(Err(e)) => Err(CliError::Usage(format!(
-            "--extra-request-body is not valid JSON: {e}"
-        ))),
-    }
+    body.map_or(Ok(serde_json::Map::new()), |b| {
+        bench_run::spec::parse_json_object(b)
+            .map_err(|e| CliError::Usage(format!("--extra-request-body {e}")))
+    })
 }
 
 /// The server to talk to: `base_url`, or the embedded simulator described by `sim` on a free
@@ -557,7 +430,30 @@ pub async fn run_probe(args: ProbeArgs) -> Result<(), CliError> {
     let extra = parse_extra_body(args.extra_request_body.as_deref())?;
     let (embedded, base_url) =
         server_or_embedded(args.base_url.as_deref(), &args.sim, args.model.as_deref()).await?;
-    let result = probe_once(&args, &base_url, headers, extra, embedded.is_some()).await;
+    let probe = bench_run::probe::Probe {
+        base_url,
+        embedded: embedded.is_some(),
+        model: args.model.clone(),
+        prompt: args.prompt.clone(),
+        max_tokens: args.max_tokens,
+        output_cap_field: if args.legacy_max_tokens {
+            bench_runner::OutputCapField::MaxTokens
+        } else {
+            bench_runner::OutputCapField::MaxCompletionTokens
+        },
+        ignore_eos: !args.no_ignore_eos,
+        response: if args.no_stream {
+            bench_runner::ResponseMode::Whole
+        } else {
+            bench_runner::ResponseMode::Stream
+        },
+        timeout: Duration::from_secs_f64(args.timeout_s),
+        headers,
+        extra_body: extra,
+    };
+    let result = bench_run::probe::probe(&probe)
+        .await
+        .map_err(run::run_error);
     if let Some(s) = embedded {
         s.shutdown().await;
     }
@@ -569,67 +465,4 @@ pub async fn run_probe(args: ProbeArgs) -> Result<(), CliError> {
     } else {
         out(&report.text())
     }
-}
-
-async fn probe_once(
-    args: &ProbeArgs,
-    base_url: &str,
-    headers: Vec<(String, String)>,
-    extra: serde_json::Map<String, serde_json::Value>,
-    embedded: bool,
-) -> Result<ProbeReport, CliError> {
-    let mut cfg = ClientConfig::new(base_url);
-    cfg.timeout = Duration::from_secs_f64(args.timeout_s);
-    cfg.headers = headers;
-    let client = Client::new(cfg).map_err(transport_error)?;
-    let model = match &args.model {
-        Some(m) => m.clone(),
-        None => first_model(&client).await?,
-    };
-    let mut req = ChatRequest::new(
-        model.clone(),
-        vec![ChatMessage::new(Role::User, args.prompt.clone())],
-    );
-    req.pin_output(args.max_tokens, args.legacy_max_tokens);
-    if args.no_ignore_eos {
-        req.ignore_eos = None;
-    }
-    if args.no_stream {
-        req.stream = false;
-        req.stream_options = None;
-    }
-    req.extra = extra;
-    let outcome = client
-        .chat(&req, &RequestOptions::default())
-        .await
-        .map_err(transport_error)?;
-    Ok(ProbeReport::new(
-        client.base_url(),
-        embedded,
-        model,
-        &outcome,
-    ))
-}
-
-/// The first model id listed by `GET /v1/models`.
-async fn first_model(client: &Client) -> Result<String, CliError> {
-    let resp = client
-        .get("/v1/models", Some(Duration::from_secs(30)))
-        .await
-        .map_err(|e| CliError::Failed(format!("cannot list models (pass --model): {e}")))?;
-    if !resp.status.is_success() {
-        return Err(CliError::Failed(format!(
-            "GET /v1/models answered HTTP {} (pass --model)",
-            resp.status.as_u16()
-        )));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&resp.body).map_err(|e| {
-        CliError::Failed(format!(
-            "malformed_json: GET /v1/models: {e} (pass --model)"
-        ))
-    })?;
-    v["data"][0]["id"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| CliError::Failed("GET /v1/models listed no model (pass --model)".into()))
 }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use bench_cli::{Cli, CliError, Command};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 /// mimalloc: per-turn buffers (request bodies, SSE chunks, records) are allocated and freed at
 /// a high rate on the worker threads; glibc's allocator cost ~10% of the client's CPU in
@@ -12,7 +12,28 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let command = Cli::command();
+    // The flags given on the command line (a resumed run refuses configuration flags); argument
+    // groups, which clap also lists, are left out.
+    let run_args: Vec<String> = command
+        .find_subcommand("run")
+        .map(|c| c.get_arguments().map(|a| a.get_id().to_string()).collect())
+        .unwrap_or_default();
+    let matches = command.get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    let given: Vec<String> = matches
+        .subcommand_matches("run")
+        .map(|m| {
+            run_args
+                .iter()
+                .filter(|id| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("BENCH_LOG")
@@ -34,11 +55,11 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Sim(args) => bench_cli::run_sim(args).await,
             Command::Probe(args) => bench_cli::run_probe(args).await,
-            Command::Run(args) => bench_cli::run::run_run(*args).await,
-            Command::Plan(args) => bench_cli::workload::run_plan(args),
-            Command::Import(args) => bench_cli::workload::run_import(args),
-            Command::Journeys(args) => bench_cli::journeys::run_journeys(*args).await,
-            Command::Status(args) => bench_cli::status::run_status(args),
+            Command::Run(args) => bench_cli::run_run(*args, &given).await,
+            Command::Plan(args) => bench_cli::run_plan(args),
+            Command::Import(args) => bench_cli::run_import(args),
+            Command::Journeys(args) => bench_cli::run_journeys(*args).await,
+            Command::Status(args) => bench_cli::run_status(args),
         }
     });
     match result {

@@ -1,29 +1,34 @@
 //! `bench plan` and `bench import`.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bench_workload::PlanError;
-use bench_workload::import::{ImportFormat, ImportOptions};
+use bench_workload::import::{ImportFormat, ImportOptions, ImportToFileError};
 use bench_workload::plan::{
-    DatasetSpec, GapPolicy, OutputPolicy, PlanConfig, PlanProgress, PlanSummary, ProgressFn,
-    SyntheticSpec, build_plan,
+    DatasetSpec, GapPolicy, OutputPolicy, PlanConfig, ProgressFn, SyntheticSpec, build_plan,
 };
 use bench_workload::tokenize::TokenizerSpec;
-use bench_workload::write::SessionWriter;
+use bench_workload::{PlanError, abench};
 use clap::Args;
 
 use crate::{CliError, out};
 
 /// Dataset selection and shaping flags (shared by `bench plan` and `bench run`; recorded in a
 /// run's `run.json` for `--resume`).
-#[derive(Debug, Clone, Args, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
     /// Sessions: `sample` (the bundled sample), `random` (synthetic, see --turns ...), or a
     /// native trace: a .jsonl / .jsonl.zst / .json file or a directory of them.
     #[arg(long, default_value = "sample", value_name = "sample|random|PATH")]
     pub dataset: String,
+    /// agentic-bench's dataset: `NAME/TIER` (read from ~/abench_data/NAME/TIER/, with its
+    /// manifest.json defaults) or `random` (= --dataset random).
+    #[arg(long, value_name = "NAME/TIER|random", conflicts_with = "dataset", help_heading = ABENCH)]
+    pub dataset_name: Option<String>,
+    /// agentic-bench's data location: a session file, a tier directory, or a root holding
+    /// NAME/TIER/ (NAME/TIER from --dataset-name, default deepswe/mixed).
+    #[arg(long, value_name = "PATH", conflicts_with = "dataset", help_heading = ABENCH)]
+    pub dataset_path: Option<PathBuf>,
     /// Token counter: `qwen3` (embedded), `none` (~4 characters per token), or a
     /// tokenizer.json / model directory.
     #[arg(long, default_value = "qwen3", value_name = "qwen3|none|PATH")]
@@ -56,7 +61,7 @@ pub struct PlanArgs {
     #[arg(long, value_name = "POLICY")]
     pub output_policy: Option<String>,
     /// A shared system prompt of exactly this many tokens, prepended to every session.
-    #[arg(long)]
+    #[arg(long, visible_alias = "system-prompt-len")]
     pub system_prompt_tokens: Option<u32>,
     /// Tool waits are capped at this many ms.
     #[arg(long, default_value_t = 30_000.0)]
@@ -90,6 +95,9 @@ pub struct PlanArgs {
 /// `--concurrency` when not given.
 pub const DEFAULT_CONCURRENCY: u32 = 8;
 
+/// The help heading of the flags taken from agentic-bench (docs/agentic-bench.md).
+pub const ABENCH: &str = "agentic-bench compatibility";
+
 impl PlanArgs {
     /// `--concurrency`, or its default.
     pub fn concurrency(&self) -> u32 {
@@ -98,9 +106,8 @@ impl PlanArgs {
 
     /// The plan configuration these flags describe.
     pub fn to_config(&self) -> Result<PlanConfig, CliError> {
-        let dataset = match self.dataset.as_str() {
-            "sample" => DatasetSpec::Sample,
-            "random" => DatasetSpec::Random(SyntheticSpec {
+        let synthetic = || -> Result<DatasetSpec, CliError> {
+            Ok(DatasetSpec::Random(SyntheticSpec {
                 turns: self.turns,
                 input_increment: self.input_increment,
                 output_len: self.output_len,
@@ -108,8 +115,20 @@ impl PlanArgs {
                     .gap_policy
                     .parse::<GapPolicy>()
                     .map_err(|e| CliError::Usage(format!("--gap-policy: {e}")))?,
-            }),
-            p => DatasetSpec::Path(PathBuf::from(p)),
+            }))
+        };
+        let (name, path) = (self.dataset_name.as_deref(), self.dataset_path.as_deref());
+        let dataset = if name.is_some() || path.is_some() {
+            match abench::resolve(name, path, abench::data_root().as_deref()).map_err(plan_error)? {
+                abench::AbenchDataset::Random => synthetic()?,
+                abench::AbenchDataset::Path(p) => DatasetSpec::Path(p),
+            }
+        } else {
+            match self.dataset.as_str() {
+                "sample" => DatasetSpec::Sample,
+                "random" => synthetic()?,
+                p => DatasetSpec::Path(PathBuf::from(p)),
+            }
         };
         let mut cfg = PlanConfig::new(dataset);
         cfg.tokenizer = self.tokenizer.parse().unwrap_or_default();
@@ -153,128 +172,10 @@ pub struct PlanCmd {
     pub json: bool,
 }
 
-fn human(n: f64) -> String {
-    let a = n.abs();
-    if a >= 1e9 {
-        format!("{:.2}G", n / 1e9)
-    } else if a >= 1e6 {
-        format!("{:.2}M", n / 1e6)
-    } else if a >= 1e4 {
-        format!("{:.1}K", n / 1e3)
-    } else {
-        format!("{n:.0}")
-    }
-}
-
-fn text_summary(s: &PlanSummary) -> String {
-    let mut t = String::new();
-    let opt = |v: Option<u64>| v.map_or("n/a".to_string(), |v| human(v as f64));
-    t.push_str(&format!(
-        "bench plan: {} · tokenizer {}\n",
-        s.dataset, s.tokenizer
-    ));
-    t.push_str(&format!(
-        "  sessions        {} (of {} read; left out: {} empty, {} too few turns, {} outside the context band{})\n",
-        s.sessions,
-        s.sessions_read,
-        s.excluded_empty,
-        s.excluded_min_turns,
-        s.excluded_context_band,
-        if s.skipped_invalid > 0 {
-            format!(", {} invalid skipped", s.skipped_invalid)
-        } else {
-            String::new()
-        }
-    ));
-    if let Some(d) = s.turns_per_session {
-        t.push_str(&format!(
-            "  turns           {} (per session: min {} · p50 {} · p90 {} · max {})\n",
-            s.turns,
-            human(d.min),
-            human(d.p50),
-            human(d.p90),
-            human(d.max)
-        ));
-    }
-    t.push_str(&format!(
-        "  input tokens    {} sent in all prompts ({} new)\n",
-        human(s.input_tokens as f64),
-        human(s.new_input_tokens as f64)
-    ));
-    t.push_str(&format!(
-        "  output tokens   {} pinned\n",
-        human(s.output_tokens as f64)
-    ));
-    t.push_str(&format!(
-        "  recorded        input {} · output {} · cached {}\n",
-        opt(s.recorded_input_tokens),
-        opt(s.recorded_output_tokens),
-        opt(s.recorded_cached_tokens)
-    ));
-    if let Some(sp) = &s.system_prompt {
-        t.push_str(&format!(
-            "  system prompt   {} tokens asked, {} measured\n",
-            sp.target_tokens, sp.actual_tokens
-        ));
-    }
-    if let Some(d) = s.peak_context {
-        t.push_str(&format!(
-            "  peak context    min {} · p50 {} · p90 {} · max {}\n",
-            human(d.min),
-            human(d.p50),
-            human(d.p90),
-            human(d.max)
-        ));
-    }
-    t.push_str(&format!(
-        "  tool waits      {:.0} s in total ({}; {} capped)\n",
-        s.total_tool_wait_s, s.gap_source, s.capped_gaps
-    ));
-    let w = |k: &str| s.est_wall_time_s.get(k).copied().unwrap_or(0.0);
-    t.push_str(&format!(
-        "  est. wall time  {:.0} s at 250 output tok/s · {:.0} s at 1,000 · {:.0} s at 4,000\n",
-        w("250"),
-        w("1000"),
-        w("4000")
-    ));
-    for n in &s.notes {
-        t.push_str(&format!("  note: {n}\n"));
-    }
-    t
-}
-
 /// Progress lines on stderr for long plans: nothing during the first 2 s, then at most one
 /// line every 2 s.
 pub fn plan_progress() -> ProgressFn {
-    let start = Instant::now();
-    let last = Mutex::new(start);
-    ProgressFn(Arc::new(move |p: PlanProgress| {
-        let now = Instant::now();
-        let Ok(mut last) = last.lock() else { return };
-        if now.duration_since(start) < Duration::from_secs(2)
-            || now.duration_since(*last) < Duration::from_secs(2)
-        {
-            return;
-        }
-        *last = now;
-        let t = now.duration_since(start).as_secs_f64();
-        match p {
-            PlanProgress::Reading { sessions } => {
-                eprintln!("planning: {sessions} sessions read ({t:.0} s)");
-            }
-            PlanProgress::Counting {
-                texts,
-                done_bytes,
-                total_bytes,
-            } => eprintln!(
-                "planning: counting tokens of {texts} distinct texts: {:.0}% of {:.1} MB ({t:.0} s)",
-                done_bytes as f64 * 100.0 / total_bytes.max(1) as f64,
-                total_bytes as f64 / 1e6
-            ),
-            PlanProgress::Shaping => eprintln!("planning: selecting and encoding ({t:.0} s)"),
-            _ => {}
-        }
-    }))
+    ProgressFn::lines_every(Duration::from_secs(2), |line| eprintln!("planning: {line}"))
 }
 
 /// Runs `bench plan`.
@@ -290,7 +191,7 @@ pub fn run_plan(args: PlanCmd) -> Result<(), CliError> {
             .map_err(|e| CliError::Failed(format!("cannot encode the summary: {e}")))?;
         out(&format!("{text}\n"))
     } else {
-        out(&text_summary(&plan.summary))
+        out(&plan.summary.text())
     }
 }
 
@@ -317,26 +218,18 @@ pub fn run_import(args: ImportCmd) -> Result<(), CliError> {
         .from
         .parse()
         .map_err(|e| CliError::Usage(format!("--from: {e}")))?;
-    let mut writer = SessionWriter::create(&args.output).map_err(plan_error)?;
     let opts = ImportOptions {
         skip_invalid: args.skip_invalid,
         ..ImportOptions::default()
     };
-    let mut write_err = None;
-    let stats = bench_workload::import::import(format, &args.inputs, &opts, &mut |s| {
-        writer.write(&s).map_err(|e| {
-            let msg = e.to_string();
-            write_err = Some(e);
-            bench_workload::import::ImportError::new(args.output.clone(), None, msg)
-        })
-    });
-    if let Some(e) = write_err {
-        return Err(CliError::Failed(e.to_string()));
-    }
-    let stats = stats.map_err(|e| CliError::Usage(e.to_string()))?;
-    let n = writer
-        .finish()
-        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let (n, stats) =
+        bench_workload::import::import_to_file(format, &args.inputs, &opts, &args.output).map_err(
+            |e| match e {
+                ImportToFileError::Input(e) => CliError::Usage(e.to_string()),
+                ImportToFileError::Target(e) => CliError::Usage(e.to_string()),
+                ImportToFileError::Output(e) => CliError::Failed(e.to_string()),
+            },
+        )?;
     let mut text = format!(
         "bench import: {} sessions, {} turns from {} → {}\n",
         n,

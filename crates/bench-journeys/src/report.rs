@@ -188,6 +188,28 @@ fn fmt_failures(f: &BTreeMap<String, u64>) -> String {
 }
 
 impl Report {
+    /// Reads a report written by `bench journeys --output` (a baseline); the error is one line
+    /// naming the file.
+    pub fn read(path: &std::path::Path) -> Result<Report, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not a bench journeys report: {e}", path.display()))
+    }
+
+    /// `NAME: setup failed: WHY` for every run whose setup failed.
+    pub fn setup_failures(&self) -> Vec<String> {
+        self.journeys
+            .iter()
+            .flat_map(|(n, j)| {
+                j.runs.iter().filter_map(move |r| {
+                    r.setup_failure
+                        .as_ref()
+                        .map(|f| format!("{n}: setup failed: {f}"))
+                })
+            })
+            .collect()
+    }
+
     /// A console table: per journey, each run then the summary.
     pub fn console(&self) -> String {
         let mut out = String::new();

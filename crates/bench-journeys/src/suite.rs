@@ -142,3 +142,52 @@ pub fn report(
         journeys,
     }
 }
+
+/// One line per journey: name, kind, flags, description (`bench journeys --list`).
+pub fn listing(journeys: &[Arc<dyn Journey>]) -> String {
+    let mut s = String::new();
+    for j in journeys {
+        let mut flags = Vec::new();
+        if j.concurrency_safe() {
+            flags.push("concurrency-safe".to_owned());
+        }
+        if j.needs_mock_llm() {
+            flags.push("needs-mock-llm".to_owned());
+        }
+        if let Some(m) = j.max_iterations() {
+            flags.push(format!("max-iterations={m}"));
+        }
+        s.push_str(&format!(
+            "{:<28}{:<12}{:<34}{}\n",
+            j.name(),
+            j.kind().as_str(),
+            flags.join(","),
+            j.description()
+        ));
+    }
+    s
+}
+
+/// The commit measured: `GITHUB_SHA`, `BENCH_GIT_SHA`, or `git rev-parse HEAD` when it works.
+pub fn git_sha() -> Option<String> {
+    for k in ["BENCH_GIT_SHA", "GITHUB_SHA"] {
+        if let Ok(v) = std::env::var(k) {
+            if !v.trim().is_empty() {
+                return Some(v.trim().to_owned());
+            }
+        }
+    }
+    let o = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let s = String::from_utf8(o.stdout).ok()?.trim().to_owned();
+    (o.status.success() && !s.is_empty()).then_some(s)
+}
+
+/// The report's `host`: `name`, the CPUs this process may use, the OS.
+pub fn host_info(name: &str) -> serde_json::Value {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    serde_json::json!({ "name": name, "cpus": cpus, "os": std::env::consts::OS })
+}

@@ -41,8 +41,17 @@ impl RunResult {
                 .collect();
             format!(" ({})", kinds.join(", "))
         };
+        // The run's `--tag`, from the run.json echoed as `config`.
+        let tag = match self
+            .config
+            .pointer("/spec/exports/tag")
+            .and_then(|t| t.as_str())
+        {
+            Some(t) => format!(" — tag {t}"),
+            None => String::new(),
+        };
         line(format!(
-            "{} — concurrency {}",
+            "{} — concurrency {}{tag}",
             self.generated_by, w.concurrency
         ));
         line(format!(

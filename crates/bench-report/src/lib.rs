@@ -6,12 +6,15 @@
 //!   TPOT, pooled chunk gaps, e2e by turn and input band, throughput, prefix-cache ratio,
 //!   output-length fidelity, routing stickiness, goodput, dispatch lag).
 //! - [`RunResult::console`]: the human report.
+//! - [`export`]: files outside the run directory: the one-line JSON summary of a run
+//!   (`bench run --output`) and the per-turn CSV (`bench run --csv`).
 //! - [`percentile`]: the single percentile method (linear interpolation, NumPy's default).
 //!
 //! Every definition is written down in `docs/report.md`; the JSON Schema of `result.json` is
 //! `docs/result.schema.json`.
 
-pub mod record;
+pub mod export;
+pub use bench_rundir::record;
 
 mod console;
 mod result;

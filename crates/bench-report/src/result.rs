@@ -377,7 +377,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         } else {
             summary.turns_failed += 1;
             let kind = match (&r.error_kind, r.status) {
-                (Some(k), _) => k.clone(),
+                (Some(k), _) => k.as_str().to_owned(),
                 (None, TurnStatus::Timeout) => "timeout".to_owned(),
                 (None, _) => "unknown".to_owned(),
             };

@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What joins the conversation after each turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ContentMode {
     /// The recorded assistant text (reproducible across engines).
@@ -17,8 +17,79 @@ pub enum ContentMode {
     Model,
 }
 
+/// Which request field carries the pinned output length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputCapField {
+    /// `max_completion_tokens` (the current OpenAI name).
+    #[default]
+    MaxCompletionTokens,
+    /// `max_tokens` (older servers).
+    MaxTokens,
+}
+
+impl OutputCapField {
+    /// The JSON key.
+    pub fn key(self) -> &'static str {
+        match self {
+            OutputCapField::MaxCompletionTokens => "max_completion_tokens",
+            OutputCapField::MaxTokens => "max_tokens",
+        }
+    }
+}
+
+/// How responses are asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseMode {
+    /// A server-sent event stream (with `stream_options.include_usage`): TTFT and every gap
+    /// between chunks are measured.
+    #[default]
+    Stream,
+    /// One JSON response (`stream: false`): TTFT is the whole response time.
+    Whole,
+}
+
+/// What happens to the tool waits a plan records between turns.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum ToolWaits {
+    /// Wait: each planned wait times `scale`, capped at `cap`.
+    Honour {
+        /// Multiplies every wait.
+        scale: f64,
+        /// The longest wait.
+        #[serde(with = "humantime_serde")]
+        cap: Duration,
+    },
+    /// Send the next turn as soon as the last one ended.
+    Skip,
+}
+
+impl Default for ToolWaits {
+    /// Honoured as planned, capped at 30 s.
+    fn default() -> Self {
+        ToolWaits::Honour {
+            scale: 1.0,
+            cap: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ToolWaits {
+    /// The wait before a turn whose plan says `planned_ms` (`None`: no wait).
+    pub fn wait(self, planned_ms: f64) -> Option<Duration> {
+        match self {
+            ToolWaits::Honour { scale, cap } if planned_ms > 0.0 => {
+                Some(Duration::from_secs_f64((planned_ms * scale / 1000.0).max(0.0)).min(cap))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// How sessions arrive in an open-loop run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ArrivalProcess {
     /// Exponential gaps between session starts (a Poisson process).
@@ -29,7 +100,7 @@ pub enum ArrivalProcess {
 }
 
 /// Open loop: sessions start on a schedule of their own, whatever the server's speed.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Arrival {
     /// Session starts per second.
     pub rate: f64,
@@ -53,36 +124,37 @@ pub struct RunConfig {
     /// Closed loop: start the `concurrency` workers evenly over this time instead of all at
     /// once (no thundering herd of first turns and connections). Turns sent while fewer are
     /// active fall outside the steady window by its concurrency rule.
+    #[serde(with = "humantime_serde")]
     pub ramp_up: Option<Duration>,
     /// Play the first N sessions of the pool, cut to 3 turns, before the measured run; their
     /// records are marked `warmup` and left out of every metric.
     pub warmup_sessions: u32,
     /// Loop the pool; no new session or turn after this.
+    #[serde(with = "humantime_serde")]
     pub duration: Option<Duration>,
     /// The hard fuse on the whole run.
+    #[serde(with = "humantime_serde")]
     pub max_duration: Option<Duration>,
     /// Per-request timeout (tightened by what is left of the fuse).
+    #[serde(with = "humantime_serde")]
     pub turn_timeout: Duration,
     /// Stop a session that has run this long (at its next turn boundary).
+    #[serde(with = "humantime_serde")]
     pub session_timeout: Option<Duration>,
     /// The model's window: a session stops when its next prompt plus pinned output would not fit.
     pub max_model_len: Option<u64>,
-    /// Multiplies every tool wait.
-    pub gap_scale: f64,
-    /// Skip tool waits.
-    pub no_gaps: bool,
-    /// Tool waits are capped at this many ms.
-    pub gap_cap_ms: f64,
+    /// Tool waits between turns: honoured (scaled, capped) or skipped.
+    pub tool_waits: ToolWaits,
     /// Mark each replay of a recycled session so it cannot hit the cache its previous play warmed.
     pub cache_bust: bool,
-    /// Send `max_tokens` instead of `max_completion_tokens`.
-    pub legacy_max_tokens: bool,
+    /// The field that carries the pinned output length.
+    pub output_cap_field: OutputCapField,
     /// Send `ignore_eos: true` with the pinned output length.
     pub ignore_eos: bool,
     /// What joins the conversation after each turn.
     pub content_mode: ContentMode,
-    /// Stream responses (with `stream_options.include_usage`).
-    pub stream: bool,
+    /// Streamed or whole responses.
+    pub response: ResponseMode,
     /// Send `return_cached_tokens_details: true` (SGLang: the device/host split of cache hits).
     pub return_cached_tokens_details: bool,
     /// JSON fields merged into every body last (a `null` removes a field).
@@ -93,10 +165,10 @@ pub struct RunConfig {
     /// Response header naming the worker that served a turn.
     #[serde(skip)]
     pub worker_header: Option<HeaderName>,
-    /// Where this run's clock starts, in seconds: every record's `*_s` offset adds it. A resumed
-    /// run sets it to where its predecessor's records end, so one run directory keeps one
-    /// timeline.
-    pub time_origin_s: f64,
+    /// Where this run's clock starts: every record's `*_s` offset adds it. A resumed run sets
+    /// it to where its predecessor's records end, so one run directory keeps one timeline.
+    #[serde(with = "humantime_serde")]
+    pub time_origin: Duration,
 }
 
 impl RunConfig {
@@ -115,19 +187,17 @@ impl RunConfig {
             turn_timeout: Duration::from_secs(600),
             session_timeout: None,
             max_model_len: None,
-            gap_scale: 1.0,
-            no_gaps: false,
-            gap_cap_ms: 30_000.0,
+            tool_waits: ToolWaits::default(),
             cache_bust: true,
-            legacy_max_tokens: false,
+            output_cap_field: OutputCapField::MaxCompletionTokens,
             ignore_eos: true,
             content_mode: ContentMode::Trace,
-            stream: true,
+            response: ResponseMode::Stream,
             return_cached_tokens_details: false,
             extra_body: serde_json::Map::new(),
             routing_header: None,
             worker_header: None,
-            time_origin_s: 0.0,
+            time_origin: Duration::ZERO,
         }
     }
 
@@ -208,11 +278,8 @@ impl RunConfig {
     fn close_body(&self, b: &mut String, max_output_tokens: u32) {
         let has = |k: &str| self.extra_body.contains_key(k);
         b.push(']');
-        let cap = if self.legacy_max_tokens {
-            "max_tokens"
-        } else {
-            "max_completion_tokens"
-        };
+        let cap = self.output_cap_field.key();
+        let stream = self.response == ResponseMode::Stream;
         if !has(cap) {
             b.push_str(&format!(",\"{cap}\":{max_output_tokens}"));
         }
@@ -220,13 +287,13 @@ impl RunConfig {
             b.push_str(",\"ignore_eos\":true");
         }
         if !has("stream") {
-            b.push_str(if self.stream {
+            b.push_str(if stream {
                 ",\"stream\":true"
             } else {
                 ",\"stream\":false"
             });
         }
-        if self.stream && !has("stream_options") {
+        if stream && !has("stream_options") {
             b.push_str(",\"stream_options\":{\"include_usage\":true}");
         }
         if self.return_cached_tokens_details && !has("return_cached_tokens_details") {
@@ -273,7 +340,7 @@ mod tests {
         c.extra_body
             .insert("ignore_eos".into(), serde_json::Value::Null);
         c.extra_body.insert("top_k".into(), 1.into());
-        c.legacy_max_tokens = false;
+        c.output_cap_field = OutputCapField::MaxCompletionTokens;
         let body = c.body(msgs, 7);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["max_completion_tokens"], 3);
@@ -283,8 +350,8 @@ mod tests {
             1,
             "no duplicate keys"
         );
-        c.legacy_max_tokens = true;
-        c.stream = false;
+        c.output_cap_field = OutputCapField::MaxTokens;
+        c.response = ResponseMode::Whole;
         let v: serde_json::Value = serde_json::from_str(&c.body(msgs, 7)).unwrap();
         assert_eq!(v["max_tokens"], 7);
         assert_eq!(v["stream"], false);

@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
-use crate::config::{Arrival, ArrivalProcess, ContentMode, RunConfig};
+use crate::config::{Arrival, ArrivalProcess, ContentMode, ResponseMode, RunConfig};
 use crate::conv::Conversation;
 use crate::observer::{Observer, Phase, RunEvent};
 
@@ -172,7 +172,7 @@ struct PhaseState {
 
 impl<T: Transport> Shared<T> {
     fn offset_s(&self, t: Instant) -> f64 {
-        self.cfg.time_origin_s + t.saturating_duration_since(self.start).as_secs_f64()
+        (self.cfg.time_origin + t.saturating_duration_since(self.start)).as_secs_f64()
     }
 
     /// The measured phase starts no further session or turn: tell the observers, once.
@@ -565,9 +565,12 @@ async fn play_session<T: Transport>(
             Some(a) if turn.index == 0 => a,
             _ => Instant::now(),
         };
-        if turn.index > 0 && !cfg.no_gaps && turn.pre_gap_ms > 0.0 {
-            let gap_ms = (turn.pre_gap_ms * cfg.gap_scale).min(cfg.gap_cap_ms);
-            due += Duration::from_secs_f64(gap_ms / 1000.0);
+        if let Some(wait) = cfg
+            .tool_waits
+            .wait(turn.pre_gap_ms)
+            .filter(|_| turn.index > 0)
+        {
+            due += wait;
             // A session whose next turn would come after its timeout ends now, not after the wait.
             if cfg
                 .session_timeout
@@ -621,7 +624,7 @@ async fn play_session<T: Transport>(
             turn_index: turn.index,
         });
         let result = tokio::select! {
-            r = sh.client.send_turn(body, cfg.stream, &opts) => r,
+            r = sh.client.send_turn(body, cfg.response == ResponseMode::Stream, &opts) => r,
             () = sh.cancel.aborted() => Err(bench_transport::Error::new(
                 ErrorKind::Cancelled,
                 "the run was aborted while the turn was in flight",
@@ -669,6 +672,7 @@ async fn play_session<T: Transport>(
         warmup: ph.warmup,
         start_s: sh.offset_s(session_start),
         end_s: sh.offset_s(Instant::now()),
+        superseded: false,
     }
 }
 
@@ -716,6 +720,7 @@ fn turn_record<T: Transport>(
         worker: None,
         redials: 0,
         warmup: false,
+        superseded: false,
     };
     match result {
         Ok(o) => {
@@ -752,7 +757,7 @@ fn turn_record<T: Transport>(
             } else {
                 TurnStatus::Error
             };
-            r.error_kind = Some(e.kind().as_str().to_string());
+            r.error_kind = Some(e.kind());
             r.error = Some(e.to_string());
         }
     }

@@ -40,7 +40,9 @@ pub mod conv;
 pub mod engine;
 pub mod observer;
 
-pub use config::{Arrival, ArrivalProcess, ContentMode, RunConfig};
+pub use config::{
+    Arrival, ArrivalProcess, ContentMode, OutputCapField, ResponseMode, RunConfig, ToolWaits,
+};
 pub use conv::Conversation;
 pub use engine::{CancelToken, RunOutcome, StopReason, Transport, WARMUP_TURNS, run};
-pub use observer::{Observer, Phase, RunDirWriter, RunEvent};
+pub use observer::{Observer, Phase, RunEvent};

@@ -1,10 +1,5 @@
 //! Observers: runners emit a closed set of events; observers (progress, the run-directory
-//! writer, a caller's own code) never reach into the engine.
-
-use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+//! writer of `bench-run`, a caller's own code) never reach into the engine.
 
 use bench_report::record::{SessionRecord, TurnRecord};
 
@@ -51,86 +46,10 @@ pub enum RunEvent<'a> {
     },
 }
 
-/// The phases of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Unmeasured warmup sessions.
-    Warmup,
-    /// The measured run.
-    Measuring,
-    /// The measured run stopped starting sessions or turns (the pool is used up, the
-    /// duration passed, or the run was cancelled); turns in flight finish.
-    Draining,
-}
+pub use bench_rundir::Phase;
 
 /// Receives run events. Called on the engine's tasks: keep it quick.
 pub trait Observer: Send + Sync {
     /// One event.
     fn on_event(&self, event: &RunEvent<'_>);
-}
-
-/// Writes `turns.jsonl` and `sessions.jsonl` in a run directory, one line per record, each
-/// handed to the OS (unbuffered write) before the engine goes on.
-#[derive(Debug)]
-pub struct RunDirWriter {
-    turns: Mutex<File>,
-    sessions: Mutex<File>,
-    dir: PathBuf,
-    errors: Mutex<Vec<String>>,
-}
-
-impl RunDirWriter {
-    /// Creates (or appends to) the record files in `dir`.
-    pub fn create(dir: &Path) -> std::io::Result<RunDirWriter> {
-        std::fs::create_dir_all(dir)?;
-        let open = |name: &str| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join(name))
-        };
-        Ok(RunDirWriter {
-            turns: Mutex::new(open("turns.jsonl")?),
-            sessions: Mutex::new(open("sessions.jsonl")?),
-            dir: dir.to_path_buf(),
-            errors: Mutex::new(Vec::new()),
-        })
-    }
-
-    /// Write failures so far (records that could not be written).
-    pub fn errors(&self) -> Vec<String> {
-        self.errors.lock().map(|e| e.clone()).unwrap_or_default()
-    }
-
-    fn write(&self, file: &Mutex<File>, name: &str, value: &impl serde::Serialize) {
-        let mut line = match serde_json::to_vec(value) {
-            Ok(l) => l,
-            Err(e) => return self.fail(format!("{name}: {e}")),
-        };
-        line.push(b'\n');
-        let r = match file.lock() {
-            Ok(mut f) => f.write_all(&line),
-            Err(_) => Ok(()),
-        };
-        if let Err(e) = r {
-            self.fail(format!("{}: {e}", self.dir.join(name).display()));
-        }
-    }
-
-    fn fail(&self, msg: String) {
-        if let Ok(mut e) = self.errors.lock() {
-            e.push(msg);
-        }
-    }
-}
-
-impl Observer for RunDirWriter {
-    fn on_event(&self, event: &RunEvent<'_>) {
-        match event {
-            RunEvent::TurnFinished(t) => self.write(&self.turns, "turns.jsonl", t),
-            RunEvent::SessionFinished(s) => self.write(&self.sessions, "sessions.jsonl", s),
-            _ => {}
-        }
-    }
 }

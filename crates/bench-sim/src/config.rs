@@ -116,7 +116,65 @@ impl Default for SimConfig {
     }
 }
 
+impl std::fmt::Display for LatencyMode {
+    /// `continuous-batching model`, `fixed ttft 50 ms, itl 10 ms` or `instant`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LatencyMode::Model => f.write_str("continuous-batching model"),
+            LatencyMode::Fixed { ttft, itl } => write!(
+                f,
+                "fixed ttft {} ms, itl {} ms",
+                ttft.as_secs_f64() * 1e3,
+                itl.as_secs_f64() * 1e3
+            ),
+            LatencyMode::Instant => f.write_str("instant"),
+        }
+    }
+}
+
 impl SimConfig {
+    /// Checks the model's numbers; the first problem names the field (`Err((field, what))`,
+    /// e.g. `("time_scale", "must be a positive number, got 0")`).
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        for (v, name) in [
+            (self.prefill_ms_per_token, "prefill_ms_per_token"),
+            (self.decode_step_base_ms, "decode_step_ms"),
+            (self.decode_step_ms_per_seq, "decode_step_ms_per_seq"),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err((name, format!("must be a non-negative number, got {v}")));
+            }
+        }
+        if !self.time_scale.is_finite() || self.time_scale <= 0.0 {
+            let got = self.time_scale;
+            return Err((
+                "time_scale",
+                format!("must be a positive number, got {got}"),
+            ));
+        }
+        for (v, name) in [
+            (u64::from(self.block_size), "block_size"),
+            (self.max_num_seqs as u64, "max_num_seqs"),
+            (u64::from(self.max_model_len), "max_model_len"),
+            (
+                u64::from(self.max_num_batched_tokens),
+                "max_num_batched_tokens",
+            ),
+        ] {
+            if v == 0 {
+                return Err((name, "must be at least 1".into()));
+            }
+        }
+        if self.kv_capacity_tokens < u64::from(self.block_size) {
+            let (kv, b) = (self.kv_capacity_tokens, self.block_size);
+            return Err((
+                "kv_capacity_tokens",
+                format!("({kv}) must hold at least one block ({b} tokens)"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Predicted time to first token, in milliseconds, on an otherwise idle server, for a prompt
     /// of `prompt_tokens` of which `cached_tokens` hit the prefix cache (scaled by `time_scale`).
     ///

@@ -6,6 +6,7 @@
 //! or unknown, whether it crashed or stalled, its progress, its tokens and the time it has left.
 //! The clock, the host name and the process table come from a [`System`], so that every case can
 //! be built in tests without real processes; [`LocalSystem`] is the real one.
+//! [`Status::text`] renders a status as the lines `bench status` prints.
 //!
 //! Rules (also in `docs/telemetry.md`, "bench status"):
 //!
@@ -41,15 +42,19 @@
 //! Plain synchronous code: reads files and `/proc`, no runtime.
 
 use std::collections::HashMap;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bench_rundir::{
+    EventLine, Heartbeat, LifecycleEvent, Opened, Phase, RunJsonHead, SessionRecord, StopBy,
+    TurnRecord, TurnStatus, files, jsonl,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+
+mod text;
 
 /// The default stall limit (`--stall-after`).
 pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(120);
@@ -174,8 +179,8 @@ fn parse_btime(stat: &str) -> Option<i64> {
 /// Why a run stopped, as it recorded it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stop {
-    /// `completed`, `duration`, `max_duration`, `exhausted`, `cancelled`, `signal` or `error`.
-    pub by: String,
+    /// What stopped it.
+    pub by: StopBy,
     /// A sentence.
     pub reason: String,
 }
@@ -297,80 +302,12 @@ pub enum HealthError {
     },
 }
 
-/// One `turns.jsonl` line (the fields read here).
-#[derive(Debug, Deserialize)]
-struct TurnLine {
-    session_id: String,
-    #[serde(default)]
-    replay: u32,
-    turn_index: u32,
-    #[serde(default)]
-    status: String,
-    input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
-    cached_tokens: Option<u64>,
-    end_utc: Option<String>,
-    #[serde(default)]
-    warmup: bool,
-    #[serde(default)]
-    superseded: bool,
-}
-
-/// One `sessions.jsonl` line (the fields read here).
-#[derive(Debug, Deserialize)]
-struct SessionLine {
-    session_id: String,
-    #[serde(default)]
-    replay: u32,
-    #[serde(default)]
-    warmup: bool,
-    #[serde(default)]
-    superseded: bool,
-}
-
-/// The lines of one JSONL file.
-struct Jsonl<T> {
-    lines: Vec<T>,
-    torn: u64,
-    bad: u64,
-}
-
-/// Reads a JSONL file; a missing file is empty.
-fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<Jsonl<T>, HealthError> {
-    let mut out = Jsonl {
-        lines: Vec::new(),
-        torn: 0,
-        bad: 0,
-    };
-    let io = |source| HealthError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(io(e)),
-    };
-    let mut reader = std::io::BufReader::new(file);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
-            break;
-        }
-        let complete = buf.last() == Some(&b'\n');
-        let line = buf.trim_ascii();
-        if line.is_empty() {
-            continue;
-        }
-        match serde_json::from_slice::<T>(line) {
-            Ok(v) => out.lines.push(v),
-            // Only the last line can lack its newline.
-            Err(_) if !complete => out.torn += 1,
-            Err(_) => out.bad += 1,
-        }
-    }
-    Ok(out)
+/// Reads one JSONL file of the run directory.
+fn read_jsonl<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<jsonl::Lines<T>, HealthError> {
+    jsonl::read(&dir.join(name)).map_err(|e| HealthError::Io {
+        path: e.path,
+        source: e.source,
+    })
 }
 
 /// Reads the run directory `dir` and computes its [`Status`] against `sys`, with the stall limit
@@ -395,8 +332,8 @@ pub fn status(dir: &Path, stall_after: Duration, sys: &dyn System) -> Result<Sta
             });
         }
     }
-    let run_json_path = dir.join("run.json");
-    let run_json: Option<Value> = match std::fs::read(&run_json_path) {
+    let run_json_path = dir.join(files::RUN_JSON);
+    let run_json: Option<RunJsonHead> = match std::fs::read(&run_json_path) {
         Ok(b) => serde_json::from_slice(&b).ok(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(source) => {
@@ -406,22 +343,30 @@ pub fn status(dir: &Path, stall_after: Duration, sys: &dyn System) -> Result<Sta
             });
         }
     };
-    if !run_json_path.exists() && !dir.join("events.jsonl").exists() {
+    if !run_json_path.exists() && !dir.join(files::EVENTS).exists() {
         return Err(HealthError::NotARunDir {
             path: dir.to_owned(),
         });
     }
-    let events = read_jsonl::<Value>(&dir.join("events.jsonl"))?;
-    let turns = read_jsonl::<TurnLine>(&dir.join("turns.jsonl"))?;
-    let sessions = read_jsonl::<SessionLine>(&dir.join("sessions.jsonl"))?;
+    let events = read_jsonl::<EventLine>(dir, files::EVENTS)?;
+    let turns = read_jsonl::<TurnRecord>(dir, files::TURNS)?;
+    let sessions = read_jsonl::<SessionRecord>(dir, files::SESSIONS)?;
     // scrapes.jsonl is read only for its torn line.
-    let scrapes = read_jsonl::<Value>(&dir.join("scrapes.jsonl"))?;
-    let torn = events.torn + turns.torn + sessions.torn + scrapes.torn;
-    let bad = events.bad + turns.bad + sessions.bad + scrapes.bad;
+    let scrapes = read_jsonl::<serde::de::IgnoredAny>(dir, files::SCRAPES)?;
+    let torn = [
+        events.torn.is_some(),
+        turns.torn.is_some(),
+        sessions.torn.is_some(),
+        scrapes.torn.is_some(),
+    ]
+    .into_iter()
+    .filter(|&t| t)
+    .count() as u64;
+    let bad = (events.bad.len() + turns.bad.len() + sessions.bad.len() + scrapes.bad.len()) as u64;
     let mut s = evaluate(
-        &events.lines,
-        &turns.lines,
-        &sessions.lines,
+        &events.records,
+        &turns.records,
+        &sessions.records,
         run_json.as_ref(),
         stall_after,
         sys,
@@ -430,14 +375,6 @@ pub fn status(dir: &Path, stall_after: Duration, sys: &dyn System) -> Result<Sta
     s.torn_lines = torn;
     s.bad_lines = bad;
     Ok(s)
-}
-
-fn kind(e: &Value) -> &str {
-    e["event"].as_str().unwrap_or("")
-}
-
-fn utc(v: &Value) -> Option<OffsetDateTime> {
-    v.as_str().and_then(parse_utc)
 }
 
 fn parse_utc(s: &str) -> Option<OffsetDateTime> {
@@ -454,51 +391,52 @@ fn seconds(d: time::Duration) -> f64 {
 
 /// The status from the parsed files.
 fn evaluate(
-    events: &[Value],
-    turns: &[TurnLine],
-    sessions: &[SessionLine],
-    run_json: Option<&Value>,
+    events: &[EventLine],
+    turns: &[TurnRecord],
+    sessions: &[SessionRecord],
+    run_json: Option<&RunJsonHead>,
     stall_after: Duration,
     sys: &dyn System,
 ) -> Status {
     let now = sys.now();
-    let open_at = events
-        .iter()
-        .rposition(|e| matches!(kind(e), "run.started" | "run.resumed"));
-    let open = open_at.map(|i| &events[i]);
+    let open_at = events.iter().rposition(|e| {
+        matches!(
+            e.event,
+            LifecycleEvent::Started(_) | LifecycleEvent::Resumed(_)
+        )
+    });
+    let open: Option<&Opened> = open_at.and_then(|i| match &events[i].event {
+        LifecycleEvent::Started(o) => Some(o),
+        LifecycleEvent::Resumed(r) => Some(&r.opened),
+        _ => None,
+    });
     let current = &events[open_at.map_or(0, |i| i + 1)..];
-    let opened = open.and_then(|o| utc(&o["utc"]));
-    let stopped = current
-        .iter()
-        .rev()
-        .find(|e| kind(e) == "run.stopped")
-        .map(|e| Stop {
-            by: e["by"].as_str().unwrap_or("unknown").to_owned(),
-            reason: e["reason"].as_str().unwrap_or("").to_owned(),
-        });
-    let field = |key: &str| open.map(|o| &o[key]).filter(|v| !v.is_null());
-    let u64_of = |key: &str, fallback: &str| {
-        field(key)
-            .and_then(Value::as_u64)
-            .or_else(|| run_json.and_then(|r| r["plan"][fallback].as_u64()))
-    };
-    let pid = field("pid")
-        .and_then(Value::as_u64)
-        .or_else(|| run_json.and_then(|r| r["pid"].as_u64()))
-        .and_then(|p| u32::try_from(p).ok());
-    let host = field("host")
-        .and_then(Value::as_str)
-        .filter(|h| !h.is_empty())
-        .map(str::to_owned);
+    let opened = open_at.and_then(|i| parse_utc(&events[i].utc));
+    let stopped = current.iter().rev().find_map(|e| match &e.event {
+        LifecycleEvent::Stopped { by, reason } => Some(Stop {
+            by: *by,
+            reason: reason.clone(),
+        }),
+        _ => None,
+    });
+    let plan = run_json.and_then(|r| r.plan);
+    let pid = open
+        .and_then(|o| o.pid)
+        .or_else(|| run_json.and_then(|r| r.pid));
+    let host = open.and_then(|o| o.host.clone()).filter(|h| !h.is_empty());
 
     // The process.
     let process = match (open, pid, &host) {
-        (Some(_), Some(pid), Some(host)) if sys.hostname().as_deref() == Some(host.as_str()) => {
+        (Some(o), Some(pid), Some(host)) if sys.hostname().as_deref() == Some(host.as_str()) => {
             match sys.process(pid) {
                 Liveness::NoSuchProcess => Process::Gone,
                 Liveness::Unknown => Process::Unknown,
                 Liveness::Alive { started } => {
-                    let recorded = field("process_start_utc").and_then(utc).or(opened);
+                    let recorded = o
+                        .process_start_utc
+                        .as_deref()
+                        .and_then(parse_utc)
+                        .or(opened);
                     match recorded {
                         Some(r) if started > r + PID_REUSE_SLACK => Process::Gone,
                         _ => Process::Running,
@@ -512,7 +450,7 @@ fn evaluate(
     let active = open.is_some() && stopped.is_none() && !crashed;
 
     // Records: each (session, replay, turn) once, the latest record winning.
-    let mut latest: HashMap<(&str, u32, u32, bool), &TurnLine> = HashMap::new();
+    let mut latest: HashMap<(&str, u32, u32, bool), &TurnRecord> = HashMap::new();
     for t in turns.iter().filter(|t| !t.superseded) {
         latest.insert((&t.session_id, t.replay, t.turn_index, t.warmup), t);
     }
@@ -522,7 +460,7 @@ fn evaluate(
         if !t.warmup {
             turns_done += 1;
         }
-        if t.status == "ok" {
+        if t.status == TurnStatus::Ok {
             let sum = if t.warmup {
                 &mut tokens.warmup
             } else {
@@ -533,46 +471,46 @@ fn evaluate(
             sum.cached += t.cached_tokens.unwrap_or(0);
         }
     }
-    let last_turn = turns
-        .iter()
-        .filter_map(|t| t.end_utc.as_deref().and_then(parse_utc))
-        .max();
+    let last_turn = turns.iter().filter_map(|t| parse_utc(&t.end_utc)).max();
     let sessions_done = sessions
         .iter()
         .filter(|s| !s.warmup && !s.superseded)
         .map(|s| (s.session_id.as_str(), s.replay))
         .collect::<std::collections::HashSet<_>>()
         .len() as u64;
-    let turns_planned = u64_of("turns_planned", "turns");
+    let turns_planned = open.and_then(|o| o.turns_planned).or(plan.map(|p| p.turns));
+    let sessions_planned = open
+        .and_then(|o| o.sessions_planned)
+        .or(plan.map(|p| p.sessions));
 
     // Deadlines, counted from the latest start or resume.
-    let deadline = |key: &str| {
-        let secs = field(key).and_then(Value::as_f64)?;
-        Some(opened? + Duration::try_from_secs_f64(secs).ok()?)
-    };
-    let duration_deadline = deadline("duration_s");
-    let fuse = deadline("max_duration_s");
+    let deadline = |secs: Option<f64>| Some(opened? + Duration::try_from_secs_f64(secs?).ok()?);
+    let duration_deadline = deadline(open.and_then(|o| o.duration_s));
+    let fuse = deadline(open.and_then(|o| o.max_duration_s));
 
     let phase = active.then(|| {
-        let written = current
-            .iter()
-            .rev()
-            .find(|e| kind(e) == "phase")
-            .and_then(|e| e["phase"].as_str());
+        let written = current.iter().rev().find_map(|e| match e.event {
+            LifecycleEvent::Phase { phase } => Some(phase),
+            _ => None,
+        });
         match (written, duration_deadline) {
-            (Some("warmup" | "measuring") | None, Some(d)) if now > d => "draining".to_owned(),
-            (Some(p), _) => p.to_owned(),
+            (Some(Phase::Warmup | Phase::Measuring) | None, Some(d)) if now > d => {
+                Phase::Draining.as_str().to_owned()
+            }
+            (Some(p), _) => p.as_str().to_owned(),
             (None, _) => "starting".to_owned(),
         }
     });
 
     // Heartbeats since the latest start or resume, with their times.
-    let beats: Vec<(OffsetDateTime, &Value)> = current
+    let beats: Vec<(OffsetDateTime, &Heartbeat)> = current
         .iter()
-        .filter(|e| kind(e) == "heartbeat")
-        .filter_map(|e| Some((utc(&e["utc"])?, e)))
+        .filter_map(|e| match &e.event {
+            LifecycleEvent::Heartbeat(h) => Some((parse_utc(&e.utc)?, h)),
+            _ => None,
+        })
         .collect();
-    let in_flight = beats.last().and_then(|(_, b)| b["in_flight"].as_u64());
+    let in_flight = beats.last().map(|(_, b)| b.in_flight);
     let limit = time::Duration::try_from(stall_after).unwrap_or(time::Duration::MAX);
     let stalled = active
         && beats.last().is_some_and(|(at, _)| {
@@ -603,7 +541,7 @@ fn evaluate(
         crashed,
         stalled,
         sessions_done,
-        sessions_planned: u64_of("sessions_planned", "sessions"),
+        sessions_planned,
         turns_done,
         turns_planned,
         time_left_s,
@@ -612,7 +550,10 @@ fn evaluate(
         in_flight,
         last_turn_utc: last_turn.and_then(format_utc),
         opened_utc: opened.and_then(format_utc),
-        resumes: events.iter().filter(|e| kind(e) == "run.resumed").count() as u64,
+        resumes: events
+            .iter()
+            .filter(|e| matches!(e.event, LifecycleEvent::Resumed(_)))
+            .count() as u64,
         pid,
         host,
         torn_lines: 0,
@@ -623,16 +564,15 @@ fn evaluate(
 /// Seconds for the turns left at the pace of the recent heartbeats, less the time since the
 /// latest one; `None` without two heartbeats, progress between them, or a plan size.
 fn pace_left(
-    beats: &[(OffsetDateTime, &Value)],
+    beats: &[(OffsetDateTime, &Heartbeat)],
     planned: Option<u64>,
     done: u64,
     now: OffsetDateTime,
 ) -> Option<f64> {
     let recent = &beats[beats.len().saturating_sub(RECENT_HEARTBEATS + 1)..];
     let (first, last) = (recent.first()?, recent.last()?);
-    let turns = |b: &Value| b["turns_done"].as_f64();
     let span = seconds(last.0 - first.0);
-    let progress = turns(last.1)? - turns(first.1)?;
+    let progress = last.1.turns_done as f64 - first.1.turns_done as f64;
     if span <= 0.0 || progress <= 0.0 {
         return None;
     }
@@ -644,7 +584,7 @@ fn pace_left(
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
     use std::io::Write;
 
     /// 2025-01-01T00:00:00Z plus `s` seconds.
@@ -763,16 +703,45 @@ mod tests {
         json!({"event": "run.stopped", "utc": ts(t), "by": by, "reason": format!("{by} reason")})
     }
 
+    /// `fields` over a whole record of the run directory's schema.
+    fn record(mut whole: Value, fields: Value) -> Value {
+        if let (Some(w), Value::Object(f)) = (whole.as_object_mut(), fields) {
+            w.extend(f);
+        }
+        whole
+    }
+
     fn turn(session: &str, index: u32, end: f64, warmup: bool) -> Value {
-        json!({
-            "session_id": session, "replay": 0, "turn_index": index, "status": "ok",
-            "input_tokens": 100, "output_tokens": 10, "cached_tokens": 50,
-            "end_utc": ts(end), "warmup": warmup,
-        })
+        let whole = json!({
+            "session_id": "", "replay": 0, "turn_index": 0, "status": "ok", "error_kind": null,
+            "error": null, "ttft_ms": 1.0, "e2e_ms": 2.0, "tpot_ms": null, "chunk_gaps_ms": [],
+            "input_tokens": null, "input_tokens_source": null, "output_tokens": null,
+            "output_tokens_source": null, "cached_tokens": null, "cached_device_tokens": null,
+            "cached_host_tokens": null, "max_output_tokens": 10, "recorded_output_tokens": null,
+            "active_at_dispatch": 1, "due_s": 0.0, "sent_s": 0.0, "first_token_s": null,
+            "end_s": end, "sent_utc": "", "end_utc": "", "worker": null, "redials": 0,
+            "warmup": false,
+        });
+        record(
+            whole,
+            json!({
+                "session_id": session, "replay": 0, "turn_index": index, "status": "ok",
+                "input_tokens": 100, "output_tokens": 10, "cached_tokens": 50,
+                "end_utc": ts(end), "warmup": warmup,
+            }),
+        )
     }
 
     fn session(id: &str, warmup: bool) -> Value {
-        json!({"session_id": id, "replay": 0, "status": "completed", "warmup": warmup})
+        let whole = json!({
+            "session_id": "", "replay": 0, "status": "completed", "turns_played": 2,
+            "turns_planned": 2, "output_tokens": 20, "busy_s": 1.0, "marker": null,
+            "warmup": false,
+        });
+        record(
+            whole,
+            json!({"session_id": id, "replay": 0, "status": "completed", "warmup": warmup}),
+        )
     }
 
     /// A run with a warmup turn, then 4 measured turns (2 sessions) up to t = 40, heartbeats
@@ -856,14 +825,14 @@ mod tests {
 
     #[test]
     fn stopped_by_completed_and_by_signal() {
-        for by in ["completed", "signal"] {
+        for (by, typed) in [("completed", StopBy::Completed), ("signal", StopBy::Signal)] {
             let d = running_dir(&format!("stopped-{by}"));
             d.append("events.jsonl", &[stop(41.0, by)]);
             let s = d.status(&Fake::new(100.0));
             assert_eq!(
                 s.stopped,
                 Some(Stop {
-                    by: by.to_owned(),
+                    by: typed,
                     reason: format!("{by} reason")
                 })
             );

@@ -46,9 +46,129 @@ pub enum Backend {
     Sglang,
     /// llama.cpp's server (`llamacpp:` names).
     Llamacpp,
-    /// Valid Prometheus text without any of the names above.
+    /// Any other OpenAI-compatible server (on `/metrics`: valid Prometheus text without any
+    /// of the names above). Written `unknown`; `openai` is read as it too.
     #[default]
+    #[serde(alias = "openai")]
     Unknown,
+}
+
+impl Backend {
+    /// Every family.
+    pub const ALL: [Backend; 4] = [
+        Backend::Vllm,
+        Backend::Sglang,
+        Backend::Llamacpp,
+        Backend::Unknown,
+    ];
+
+    /// Its name on the command line (`openai` for [`Backend::Unknown`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Vllm => "vllm",
+            Backend::Sglang => "sglang",
+            Backend::Llamacpp => "llamacpp",
+            Backend::Unknown => "openai",
+        }
+    }
+
+    /// The endpoint that empties the server's prefix cache, if the family has one.
+    pub fn flush_path(self) -> Option<&'static str> {
+        match self {
+            Backend::Vllm => Some("/reset_prefix_cache"),
+            Backend::Sglang => Some("/flush_cache"),
+            Backend::Llamacpp | Backend::Unknown => None,
+        }
+    }
+
+    /// The family an `owned_by` of `/v1/models` names, if any.
+    pub fn from_owned_by(owned_by: &str) -> Option<Backend> {
+        match owned_by.to_ascii_lowercase().as_str() {
+            "vllm" => Some(Backend::Vllm),
+            "sglang" => Some(Backend::Sglang),
+            "llamacpp" | "llama.cpp" => Some(Backend::Llamacpp),
+            _ => None,
+        }
+    }
+
+    /// The family whose metric prefix appears first on a sample line of a Prometheus text,
+    /// with that prefix.
+    pub fn from_metric_names(text: &str) -> Option<(Backend, &'static str)> {
+        const PREFIXES: [(&str, Backend); 3] = [
+            ("vllm:", Backend::Vllm),
+            ("sglang:", Backend::Sglang),
+            ("llamacpp:", Backend::Llamacpp),
+        ];
+        text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+            PREFIXES
+                .iter()
+                .find(|(p, _)| l.starts_with(p))
+                .map(|(p, b)| (*b, *p))
+        })
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    /// `vllm`, `sglang`, `llamacpp` or `openai` (any other OpenAI-compatible server).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.name() == s || (*b == Backend::Unknown && s == "unknown"))
+            .ok_or_else(|| format!("{s:?} is not a backend (vllm, sglang, llamacpp, openai)"))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod backend_tests {
+    use super::Backend;
+
+    #[test]
+    fn owned_by_names_the_family() {
+        assert_eq!(Backend::from_owned_by("vllm"), Some(Backend::Vllm));
+        assert_eq!(Backend::from_owned_by("sglang"), Some(Backend::Sglang));
+        assert_eq!(Backend::from_owned_by("llamacpp"), Some(Backend::Llamacpp));
+        assert_eq!(Backend::from_owned_by("openai"), None);
+        assert_eq!(Backend::from_owned_by(""), None);
+    }
+
+    #[test]
+    fn metric_prefixes_name_the_family() {
+        let vllm = "# HELP vllm:num_requests_running x\n# TYPE vllm:num_requests_running gauge\n\
+                    vllm:num_requests_running{model_name=\"m\"} 0.0\n";
+        assert_eq!(
+            Backend::from_metric_names(vllm),
+            Some((Backend::Vllm, "vllm:"))
+        );
+        let sglang = "python_gc_objects_collected_total 3\nsglang:num_running_reqs 1\n";
+        assert_eq!(
+            Backend::from_metric_names(sglang),
+            Some((Backend::Sglang, "sglang:"))
+        );
+        assert_eq!(
+            Backend::from_metric_names("llamacpp:prompt_tokens_total 4\n"),
+            Some((Backend::Llamacpp, "llamacpp:"))
+        );
+        assert_eq!(
+            Backend::from_metric_names("# HELP vllm:x only a comment\nup 1\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for b in Backend::ALL {
+            assert_eq!(b.name().parse::<Backend>(), Ok(b));
+        }
+        assert!(
+            "tgi"
+                .parse::<Backend>()
+                .unwrap_err()
+                .contains("not a backend")
+        );
+    }
 }
 
 /// One scrape, normalized across engines.

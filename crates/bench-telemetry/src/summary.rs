@@ -1,6 +1,7 @@
 //! Server-side summaries of a run, from its scrapes.
 
 use bench_report::percentile;
+use bench_rundir::ScrapePhase;
 use serde::{Deserialize, Serialize};
 
 use crate::{Backend, Snapshot};
@@ -12,8 +13,9 @@ pub struct Scrape {
     pub t_s: f64,
     /// When it was taken (RFC 3339 UTC).
     pub utc: String,
-    /// `baseline` (before any turn), `warmup`, `measuring` or `final` (after the last turn).
-    pub phase: String,
+    /// When it was taken: before any turn, during the warmup, the measured phase or its
+    /// drain, or after the last turn.
+    pub phase: ScrapePhase,
     /// What the server reported.
     pub snapshot: Snapshot,
 }
@@ -70,17 +72,14 @@ fn delta(
 /// `final`; counters as the increase from the last scrape before measuring (the baseline, or
 /// the end of the warmup) to the last scrape.
 pub fn summarize(scrapes: &[Scrape]) -> ServerSummary {
-    let measured: Vec<&Scrape> = scrapes
-        .iter()
-        .filter(|s| matches!(s.phase.as_str(), "measuring" | "draining" | "final"))
-        .collect();
+    let measured: Vec<&Scrape> = scrapes.iter().filter(|s| s.phase.is_measured()).collect();
     let Some(last) = measured.last() else {
         return ServerSummary::default();
     };
     let start = scrapes
         .iter()
         .rev()
-        .find(|s| s.phase == "baseline" || s.phase == "warmup")
+        .find(|s| matches!(s.phase, ScrapePhase::Baseline | ScrapePhase::Warmup))
         .map(|s| &s.snapshot);
     let gauge =
         |f: fn(&Snapshot) -> Option<f64>| sorted(measured.iter().filter_map(|s| f(&s.snapshot)));
@@ -122,7 +121,8 @@ mod tests {
         Scrape {
             t_s: t,
             utc: String::new(),
-            phase: phase.into(),
+            phase: serde_json::from_value(serde_json::Value::String(phase.into()))
+                .expect("a scrape phase"),
             snapshot,
         }
     }

@@ -105,9 +105,9 @@ impl Auth {
 /// Client settings.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    /// `http://host:port`, optionally with a path prefix. A trailing `/v1` is accepted and
-    /// ignored, so both vLLM-style (`http://h:8000`) and OpenAI-SDK-style (`http://h:8000/v1`)
-    /// base URLs work.
+    /// `http://host:port`, optionally with a path prefix. A trailing `/v1` (or
+    /// `/v1/chat/completions`) is accepted and ignored, so vLLM-style (`http://h:8000`),
+    /// OpenAI-SDK-style (`http://h:8000/v1`) and whole-endpoint base URLs work.
     pub base_url: String,
     /// Default whole-request timeout (connect + response + body), per request.
     pub timeout: Duration,
@@ -744,10 +744,13 @@ fn parse_base_url(base: &str) -> Result<(String, String), Error> {
             format!("base URL {base:?} has no host"),
         ));
     };
-    let mut path = uri.path().trim_end_matches('/').to_string();
-    if path.ends_with("/v1") {
-        path.truncate(path.len() - 3);
-    }
+    // A trailing `/v1` or `/v1/chat/completions` (agentic-bench's URLs) names our own routes.
+    let path = uri.path().trim_end_matches('/');
+    let path = path
+        .strip_suffix("/v1/chat/completions")
+        .or_else(|| path.strip_suffix("/v1"))
+        .unwrap_or(path)
+        .to_string();
     Ok((format!("http://{authority}"), path))
 }
 
@@ -910,6 +913,14 @@ mod tests {
         assert_eq!(
             parse_base_url("http://h:1/proxy/v1").unwrap(),
             ("http://h:1".into(), "/proxy".into())
+        );
+        assert_eq!(
+            parse_base_url("http://h:1/proxy/v1/chat/completions").unwrap(),
+            ("http://h:1".into(), "/proxy".into())
+        );
+        assert_eq!(
+            parse_base_url("http://h:1/chat/completions").unwrap(),
+            ("http://h:1".into(), "/chat/completions".into())
         );
         let e = parse_base_url("https://api.openai.com/v1").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidRequest);

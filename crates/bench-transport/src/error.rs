@@ -1,57 +1,6 @@
 //! Typed transport errors: a kind a caller can match on, plus detail.
 
-use std::fmt;
-
-/// What went wrong, as a closed set a runner can count per run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// The base URL or a request could not be built (bad URL, unsupported scheme, bad header).
-    InvalidRequest,
-    /// No connection could be established (refused, unreachable, DNS).
-    Connect,
-    /// The request did not finish within its timeout.
-    Timeout,
-    /// The server answered with a non-success HTTP status.
-    Status,
-    /// The connection failed while sending the request or reading the response
-    /// (reset, closed mid-body).
-    Io,
-    /// The body was not a valid event stream.
-    MalformedSse,
-    /// A JSON payload could not be parsed.
-    MalformedJson,
-    /// The event stream ended without `data: [DONE]`.
-    Incomplete,
-    /// The server reported an error inside a successful (HTTP 200) response.
-    Server,
-    /// The caller abandoned the request (e.g. a second Ctrl-C).
-    Cancelled,
-}
-
-impl ErrorKind {
-    /// A short, stable, snake_case name (used in records and counters).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorKind::InvalidRequest => "invalid_request",
-            ErrorKind::Connect => "connect",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Status => "http_status",
-            ErrorKind::Io => "io",
-            ErrorKind::MalformedSse => "malformed_sse",
-            ErrorKind::MalformedJson => "malformed_json",
-            ErrorKind::Incomplete => "incomplete_stream",
-            ErrorKind::Server => "server_error",
-            ErrorKind::Cancelled => "cancelled",
-        }
-    }
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use bench_rundir::ErrorKind;
 
 /// A transport error.
 ///

@@ -150,6 +150,11 @@ impl SessionRecord {
 
 /// Default selection knobs a dataset directory may carry in `manifest.json`. Flags given on the
 /// command line win.
+///
+/// agentic-bench's manifests (written by `python3 -m abench data NAME/TIER`) are read too:
+/// `band: [lo, hi] | null` gives the context defaults, `system_prompt_len` is
+/// `system_prompt_tokens`, and its descriptive keys (`dataset`, `tier`, `version`, `n_sessions`,
+/// `files`) are kept but change nothing. Any other key is an error.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
@@ -171,7 +176,30 @@ pub struct Manifest {
     /// Output policy (`trace`, `fixed:K`, `budget:T`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_policy: Option<String>,
-    /// Shared system prompt length in tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Shared system prompt length in tokens (agentic-bench: `system_prompt_len`).
+    #[serde(
+        default,
+        alias = "system_prompt_len",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub system_prompt_tokens: Option<u32>,
+    /// agentic-bench's peak-context band `[lo, hi]`: `min_context` and `max_context` when those
+    /// keys are absent (`null`: no band).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub band: Option<[u64; 2]>,
+    /// agentic-bench: the dataset's name (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<String>,
+    /// agentic-bench: the tier's name (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// agentic-bench: the tier's version (informational, any JSON value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<serde_json::Value>,
+    /// agentic-bench: how many sessions the tier holds (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_sessions: Option<u64>,
+    /// agentic-bench: the tier's files with sizes and checksums (informational, not checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<serde_json::Value>,
 }

@@ -5,6 +5,7 @@
 //! * [`import`]: LMCache, Mooncake, ShareGPT, OpenAI-messages and SWE-agent traces into it.
 //! * [`tokenize`]: token counting (the embedded Qwen3 tokenizer by default).
 //! * [`plan`]: selection and shaping into a [`plan::Plan`] built for the replay hot loop.
+//! * [`abench`]: agentic-bench's `--dataset-name NAME/TIER` and `--dataset-path`, resolved.
 //!
 //! Plain synchronous code: no tokio, no hyper.
 //!
@@ -20,6 +21,7 @@
 //! assert_eq!(plan.sessions[0].turns.len(), 10);
 //! ```
 
+pub mod abench;
 pub mod error;
 pub mod format;
 pub mod import;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::PlanError;
 use crate::format::{Manifest, SessionRecord, TurnRecord};
@@ -23,8 +23,9 @@ pub const MESSAGE_OVERHEAD_TOKENS: u64 = 5;
 /// needs no file.
 static SAMPLE: &[u8] = include_bytes!("../../../fixtures/datasets/sample.jsonl.zst");
 
-/// Where sessions come from.
-#[derive(Debug, Clone, PartialEq)]
+/// Where sessions come from. On disk: `"sample"`, `{"path": "…"}` or `{"random": {…}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum DatasetSpec {
     /// The bundled sample dataset.
     Sample,
@@ -35,7 +36,8 @@ pub enum DatasetSpec {
 }
 
 /// Knobs of `--dataset random` (named as in agentic-bench).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SyntheticSpec {
     /// Turns per session (`--turns`).
     pub turns: u32,
@@ -59,7 +61,8 @@ impl Default for SyntheticSpec {
 }
 
 /// Distribution of synthetic tool waits.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum GapPolicy {
     /// No wait.
     Zero,
@@ -138,7 +141,7 @@ impl GapPolicy {
 }
 
 /// How many output tokens each turn is pinned to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "policy", rename_all = "lowercase")]
 pub enum OutputPolicy {
     /// What the recording produced (the recorded count, else the assistant text counted).
@@ -188,7 +191,10 @@ impl std::str::FromStr for OutputPolicy {
 }
 
 /// Everything that decides a plan. Build with [`PlanConfig::new`] and set what differs.
-#[derive(Debug, Clone)]
+/// Serializable (a run's `run.json` records it); missing fields take [`PlanConfig::default`]'s
+/// values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PlanConfig {
     /// Where sessions come from.
     pub dataset: DatasetSpec,
@@ -220,7 +226,15 @@ pub struct PlanConfig {
     /// Skip invalid trace records instead of failing.
     pub skip_invalid: bool,
     /// Called as planning advances (long plans take a while with a real tokenizer).
+    #[serde(skip)]
     pub progress: Option<ProgressFn>,
+}
+
+impl Default for PlanConfig {
+    /// The bundled sample with every default.
+    fn default() -> Self {
+        PlanConfig::new(DatasetSpec::Sample)
+    }
 }
 
 /// Where planning is.
@@ -248,6 +262,50 @@ pub enum PlanProgress {
 /// A progress callback.
 #[derive(Clone)]
 pub struct ProgressFn(pub Arc<dyn Fn(PlanProgress) + Send + Sync>);
+
+impl ProgressFn {
+    /// A callback that hands `line` a description of where planning is, at most once every
+    /// `period` and not before `period` has passed (short plans say nothing), e.g. `counting
+    /// tokens of 120 distinct texts: 45% of 12.3 MB (4 s)`.
+    pub fn lines_every(
+        period: std::time::Duration,
+        line: impl Fn(String) + Send + Sync + 'static,
+    ) -> ProgressFn {
+        let start = std::time::Instant::now();
+        let last = std::sync::Mutex::new(start);
+        ProgressFn(Arc::new(move |p: PlanProgress| {
+            let now = std::time::Instant::now();
+            let Ok(mut last) = last.lock() else { return };
+            if now.duration_since(start) < period || now.duration_since(*last) < period {
+                return;
+            }
+            *last = now;
+            let t = now.duration_since(start).as_secs_f64();
+            line(match p {
+                PlanProgress::Reading { sessions } => {
+                    format!("{sessions} sessions read ({t:.0} s)")
+                }
+                PlanProgress::Counting {
+                    texts,
+                    done_bytes,
+                    total_bytes,
+                } => format!(
+                    "counting tokens of {texts} distinct texts: {:.0}% of {:.1} MB ({t:.0} s)",
+                    done_bytes as f64 * 100.0 / total_bytes.max(1) as f64,
+                    total_bytes as f64 / 1e6
+                ),
+                PlanProgress::Shaping => format!("selecting and encoding ({t:.0} s)"),
+            })
+        }))
+    }
+}
+
+/// Two callbacks are equal when they are the same one.
+impl PartialEq for ProgressFn {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
 
 impl std::fmt::Debug for ProgressFn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -281,8 +339,8 @@ impl PlanConfig {
     fn apply_manifest(&mut self, m: &Manifest) -> Result<(), PlanError> {
         self.min_turns = self.min_turns.or(m.min_turns);
         self.max_turns = self.max_turns.or(m.max_turns);
-        self.min_context = self.min_context.or(m.min_context);
-        self.max_context = self.max_context.or(m.max_context);
+        self.min_context = self.min_context.or(m.min_context).or(m.band.map(|b| b[0]));
+        self.max_context = self.max_context.or(m.max_context).or(m.band.map(|b| b[1]));
         self.system_prompt_tokens = self.system_prompt_tokens.or(m.system_prompt_tokens);
         if self.output.is_none() {
             if let Some(p) = &m.output_policy {
@@ -618,6 +676,104 @@ pub struct PlanSummary {
     pub est_wall_time_s: HashMap<String, f64>,
     /// Facts worth telling (e.g. fewer eligible sessions than asked).
     pub notes: Vec<String>,
+}
+
+impl PlanSummary {
+    /// The human-readable summary `bench plan` prints: a headline, then one aligned line per
+    /// figure (sessions, turns, tokens, system prompt, peak context, tool waits, estimated wall
+    /// time) and one per note, each ending in a newline. Large counts are shortened (`12.3K`,
+    /// `1.54M`, `2.00G`); a recorded sum that is not known is `n/a`.
+    pub fn text(&self) -> String {
+        let s = self;
+        let mut t = String::new();
+        let opt = |v: Option<u64>| v.map_or("n/a".to_string(), |v| human(v as f64));
+        t.push_str(&format!(
+            "bench plan: {} · tokenizer {}\n",
+            s.dataset, s.tokenizer
+        ));
+        t.push_str(&format!(
+            "  sessions        {} (of {} read; left out: {} empty, {} too few turns, {} outside the context band{})\n",
+            s.sessions,
+            s.sessions_read,
+            s.excluded_empty,
+            s.excluded_min_turns,
+            s.excluded_context_band,
+            if s.skipped_invalid > 0 {
+                format!(", {} invalid skipped", s.skipped_invalid)
+            } else {
+                String::new()
+            }
+        ));
+        if let Some(d) = s.turns_per_session {
+            t.push_str(&format!(
+                "  turns           {} (per session: min {} · p50 {} · p90 {} · max {})\n",
+                s.turns,
+                human(d.min),
+                human(d.p50),
+                human(d.p90),
+                human(d.max)
+            ));
+        }
+        t.push_str(&format!(
+            "  input tokens    {} sent in all prompts ({} new)\n",
+            human(s.input_tokens as f64),
+            human(s.new_input_tokens as f64)
+        ));
+        t.push_str(&format!(
+            "  output tokens   {} pinned\n",
+            human(s.output_tokens as f64)
+        ));
+        t.push_str(&format!(
+            "  recorded        input {} · output {} · cached {}\n",
+            opt(s.recorded_input_tokens),
+            opt(s.recorded_output_tokens),
+            opt(s.recorded_cached_tokens)
+        ));
+        if let Some(sp) = &s.system_prompt {
+            t.push_str(&format!(
+                "  system prompt   {} tokens asked, {} measured\n",
+                sp.target_tokens, sp.actual_tokens
+            ));
+        }
+        if let Some(d) = s.peak_context {
+            t.push_str(&format!(
+                "  peak context    min {} · p50 {} · p90 {} · max {}\n",
+                human(d.min),
+                human(d.p50),
+                human(d.p90),
+                human(d.max)
+            ));
+        }
+        t.push_str(&format!(
+            "  tool waits      {:.0} s in total ({}; {} capped)\n",
+            s.total_tool_wait_s, s.gap_source, s.capped_gaps
+        ));
+        let w = |k: &str| s.est_wall_time_s.get(k).copied().unwrap_or(0.0);
+        t.push_str(&format!(
+            "  est. wall time  {:.0} s at 250 output tok/s · {:.0} s at 1,000 · {:.0} s at 4,000\n",
+            w("250"),
+            w("1000"),
+            w("4000")
+        ));
+        for n in &s.notes {
+            t.push_str(&format!("  note: {n}\n"));
+        }
+        t
+    }
+}
+
+/// A count for people: `12345` → `12.3K`, `1.54M`, `2.00G`; below 10,000 it is written whole.
+fn human(n: f64) -> String {
+    let a = n.abs();
+    if a >= 1e9 {
+        format!("{:.2}G", n / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.2}M", n / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.1}K", n / 1e3)
+    } else {
+        format!("{n:.0}")
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,7 +13,10 @@ use crate::error::PlanError;
 static QWEN3_GZ: &[u8] = include_bytes!("../../../fixtures/tokenizer/qwen3/tokenizer.json.gz");
 
 /// Which tokenizer to use.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+///
+/// On disk: `"qwen3"`, `"chars"` or `{"path": "…"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TokenizerSpec {
     /// The embedded Qwen3 tokenizer.
     #[default]

@@ -1,6 +1,8 @@
 //! End-to-end tests of the `bench` binary: real processes, real loopback HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod abench;
+mod embed;
 mod journeys;
 mod probe;
 mod resume;
@@ -72,6 +74,16 @@ pub fn random_run_args(turns: u64, sessions: u64, run_dir: &Path, extra: &[&str]
     .into();
     args.extend(extra.iter().map(|a| a.to_string()));
     args
+}
+
+/// The lifecycle events of a run directory, typed (a torn last line is left out).
+pub fn events(dir: &Path) -> Vec<bench_rundir::LifecycleEvent> {
+    bench_rundir::jsonl::read::<bench_rundir::EventLine>(&dir.join("events.jsonl"))
+        .unwrap()
+        .records
+        .into_iter()
+        .map(|e| e.event)
+        .collect()
 }
 
 /// `bench status DIR --json`, which must exit 0; its report.

@@ -1,5 +1,6 @@
 //! `bench run` end to end: the replay against the simulator, the run directory, result.json.
 
+use bench_rundir::{LifecycleEvent, ScrapePhase, StopBy};
 use serde_json::Value;
 
 use crate::{
@@ -74,8 +75,21 @@ fn fixed_latency_is_reported_exactly_at_c1_and_c64() {
             }
             let turns = std::fs::read_to_string(dir.join("turns.jsonl")).unwrap();
             assert_eq!(turns.lines().count() as u64, 8 * n);
-            let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
-            assert!(events.contains("\"run.started\"") && events.contains("\"run.stopped\""));
+            let events = crate::events(&dir);
+            assert!(
+                matches!(events.first(), Some(LifecycleEvent::Started(o)) if o.turns_planned == Some(8 * n)),
+                "{events:?}"
+            );
+            assert!(
+                matches!(
+                    events.last(),
+                    Some(LifecycleEvent::Stopped {
+                        by: StopBy::Completed,
+                        ..
+                    })
+                ),
+                "{events:?}"
+            );
             let _ = std::fs::remove_dir_all(&dir);
             let (ttft, tpot) = (p50(&v, "ttft_ms"), p50(&v, "tpot_ms"));
             seen.push((ttft, tpot));
@@ -111,6 +125,7 @@ fn queueing_shows_at_high_concurrency_and_the_cache_ratio_matches_the_server() {
     let mut ttft = Vec::new();
     let mut last = Value::Null;
     let mut server_ratio = 0.0;
+    let mut phases = Vec::new();
     for c in ["1", "64"] {
         let dir = tempdir(&format!("run-queue-{c}"));
         let args = random_run_args(
@@ -135,6 +150,12 @@ fn queueing_shows_at_high_concurrency_and_the_cache_ratio_matches_the_server() {
         let d = |k: &str| after[k] - before[k];
         server_ratio = d("vllm:prefix_cache_hits_total") / d("vllm:prefix_cache_queries_total");
         ttft.push(p50(&last, "ttft_ms"));
+        phases = bench_rundir::jsonl::read::<bench_telemetry::Scrape>(&dir.join("scrapes.jsonl"))
+            .unwrap()
+            .records
+            .into_iter()
+            .map(|s| s.phase)
+            .collect();
         let _ = std::fs::remove_dir_all(&dir);
     }
     assert!(
@@ -146,8 +167,14 @@ fn queueing_shows_at_high_concurrency_and_the_cache_ratio_matches_the_server() {
     // The client's token-weighted prefix-cache ratio equals the server's own counters, and so
     // does the ratio bench computed from its own /metrics scrapes (baseline → final).
     assert_eq!(last["server"]["backend"], "vllm");
-    assert!(
-        last["server"]["scrapes"].as_u64().unwrap() >= 1,
+    // A baseline before the first turn, a final one after the last, and the summary counts
+    // exactly the scrapes of the measured run.
+    assert_eq!(phases.first(), Some(&ScrapePhase::Baseline), "{phases:?}");
+    assert_eq!(phases.last(), Some(&ScrapePhase::Final), "{phases:?}");
+    let measured = phases.iter().filter(|p| p.is_measured()).count() as u64;
+    assert_eq!(
+        last["server"]["scrapes"].as_u64(),
+        Some(measured),
         "{}",
         last["server"]
     );
@@ -201,8 +228,14 @@ fn failing_turns_are_recorded_and_the_exit_code_follows_max_error_rate() {
         1,
         "{stderr}"
     );
-    let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
-    assert!(events.contains("\"scrape.disabled\""), "{events}");
+    let disabled: Vec<String> = crate::events(&dir)
+        .into_iter()
+        .filter_map(|e| match e {
+            LifecycleEvent::ScrapeDisabled { reason } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(disabled, ["GET /metrics answered HTTP 500"]);
     assert!(v["server"].is_null());
     let mut tolerant = args.clone();
     tolerant.extend(["--max-error-rate".into(), "1".into()]);
@@ -411,7 +444,9 @@ fn slow_run(dir: &std::path::Path) -> std::process::Child {
 }
 
 fn turns_started(dir: &std::path::Path) -> bool {
-    std::fs::read_to_string(dir.join("events.jsonl")).is_ok_and(|e| e.contains("\"measuring\""))
+    crate::events(dir).contains(&LifecycleEvent::Phase {
+        phase: bench_rundir::Phase::Measuring,
+    })
 }
 
 #[test]

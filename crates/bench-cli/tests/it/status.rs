@@ -88,3 +88,36 @@ fn a_run_whose_sessions_end_early_stops_by_exhausted() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run directory written before run specs (`fixtures/rundirs/`, by bench 0.1.0).
+fn pre_spec(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/rundirs")
+        .join(name)
+}
+
+#[test]
+fn run_directories_of_the_earlier_format_are_read_and_refused_for_resume_in_one_line() {
+    let done = status_json(&pre_spec("pre-spec-completed"));
+    assert_eq!(done["stopped"]["by"], "completed");
+    assert_eq!(
+        (done["sessions_done"].as_u64(), done["turns_done"].as_u64()),
+        (Some(3), Some(6))
+    );
+    assert_eq!(done["tokens"]["output"], 48);
+    let cut = status_json(&pre_spec("pre-spec-crashed"));
+    assert!(cut["stopped"].is_null());
+    assert_eq!(
+        (cut["sessions_done"].as_u64(), cut["turns_done"].as_u64()),
+        (Some(2), Some(5))
+    );
+    assert_eq!(cut["torn_lines"], 1);
+    assert_eq!(cut["process"], "unknown", "it ran on another host");
+    for name in ["pre-spec-completed", "pre-spec-crashed"] {
+        let out = run(&["run", "--resume", pre_spec(name).to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2));
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+        assert!(e.contains("written by an older bench"), "{e}");
+    }
+}

@@ -35,14 +35,17 @@ pub fn turn(s: &str, turn_index: u32, sent_s: f64) -> TurnRecord {
         worker: None,
         redials: 0,
         warmup: false,
+        superseded: false,
     }
 }
 
-/// A failed turn with `kind`.
+/// A failed turn with `kind` (its name on disk, e.g. `http_status`).
 pub fn failed(s: &str, turn_index: u32, sent_s: f64, kind: Option<&str>) -> TurnRecord {
     TurnRecord {
         status: TurnStatus::Error,
-        error_kind: kind.map(str::to_owned),
+        error_kind: kind.map(|k| {
+            serde_json::from_value(serde_json::Value::String(k.to_owned())).expect("an error kind")
+        }),
         error: Some("boom".to_owned()),
         ttft_ms: None,
         e2e_ms: None,
@@ -68,6 +71,7 @@ pub fn session(s: &str, status: SessionStatus) -> SessionRecord {
         warmup: false,
         start_s: 0.0,
         end_s: 1.0,
+        superseded: false,
     }
 }
 

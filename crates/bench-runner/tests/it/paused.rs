@@ -13,7 +13,7 @@ use std::time::Duration;
 use bench_report::record::{CountSource, SessionStatus, TurnRecord, TurnStatus};
 use bench_runner::{
     Arrival, ArrivalProcess, CancelToken, Observer, Phase, RunConfig, RunEvent, RunOutcome,
-    StopReason, Transport, WARMUP_TURNS, run,
+    StopReason, ToolWaits, Transport, WARMUP_TURNS, run,
 };
 use bench_transport::{Error, ErrorKind, RequestOptions, Segments, TurnOutcome, Usage};
 use bench_workload::plan::{Msg, Plan, PlannedMessage, PlannedSession, PlannedTurn, Role};
@@ -609,7 +609,7 @@ async fn the_fuse_cuts_a_request_in_flight_and_a_tool_wait() {
     assert_eq!(t.len(), 2);
     assert_eq!(t[0].status, TurnStatus::Ok);
     assert_eq!(t[1].status, TurnStatus::Timeout);
-    assert_eq!(t[1].error_kind.as_deref(), Some("timeout"));
+    assert_eq!(t[1].error_kind, Some(ErrorKind::Timeout));
     assert_s(t[1].end_s, 250.0);
     let t = turns_of(&out, "s1");
     assert_eq!(t.len(), 1);
@@ -641,7 +641,7 @@ async fn a_turn_timeout_fails_the_turn_and_the_run_goes_on() {
     let t = turns_of(&out, "s0");
     assert_eq!(t.len(), 3, "a timed-out turn does not end the session");
     assert_eq!(t[1].status, TurnStatus::Timeout);
-    assert_eq!(t[1].error_kind.as_deref(), Some("timeout"));
+    assert_eq!(t[1].error_kind, Some(ErrorKind::Timeout));
     assert!(t[1].error.as_deref().unwrap().contains("timeout"));
     assert_eq!(
         (t[1].ttft_ms, t[1].e2e_ms, t[1].output_tokens),
@@ -749,9 +749,14 @@ async fn tool_waits_are_honoured_scaled_capped_and_never_latency() {
     for (scale, cap, no_gaps, gap) in cases {
         let fake = Fake::new(|_, _| lat(100, 10)); // 100 + 7 x 10 = 170 ms a turn
         let mut cfg = RunConfig::new("fake", 1);
-        cfg.gap_scale = scale;
-        cfg.gap_cap_ms = cap;
-        cfg.no_gaps = no_gaps;
+        cfg.tool_waits = if no_gaps {
+            ToolWaits::Skip
+        } else {
+            ToolWaits::Honour {
+                scale,
+                cap: Duration::from_secs_f64(cap / 1000.0),
+            }
+        };
         let t0 = Instant::now();
         let out = play(vec![session(0, 3, 2000.0)], &fake, cfg).await;
         let case = format!("scale {scale}, cap {cap}, no_gaps {no_gaps}");
@@ -1093,7 +1098,7 @@ async fn a_ramp_up_spreads_the_first_sessions_and_counts_them_active_as_they_sta
 async fn a_time_origin_shifts_every_record_offset() {
     let fake = Fake::uniform(100);
     let mut cfg = RunConfig::new("fake", 1);
-    cfg.time_origin_s = 42.0;
+    cfg.time_origin = Duration::from_secs(42);
     let out = play(sessions(1, 2), &fake, cfg).await;
     let t = turns_of(&out, "s0");
     assert_s(t[0].sent_s, 42_000.0);

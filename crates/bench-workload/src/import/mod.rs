@@ -218,6 +218,45 @@ impl ImportError {
     }
 }
 
+/// Why [`import_to_file`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportToFileError {
+    /// An input was bad, or the output's name (exit 2 in `bench import`).
+    #[error(transparent)]
+    Input(#[from] ImportError),
+    /// The output cannot be created (its name or its directory).
+    #[error(transparent)]
+    Target(crate::PlanError),
+    /// The output could not be written.
+    #[error(transparent)]
+    Output(#[from] crate::PlanError),
+}
+
+/// [`import`] into a native trace file (`.jsonl`, or `.jsonl.zst` compressed), written
+/// atomically; returns the sessions written and the import's statistics.
+pub fn import_to_file(
+    format: ImportFormat,
+    inputs: &[PathBuf],
+    opts: &ImportOptions,
+    output: &std::path::Path,
+) -> Result<(u64, ImportStats), ImportToFileError> {
+    let mut writer =
+        crate::write::SessionWriter::create(output).map_err(ImportToFileError::Target)?;
+    let mut write_err = None;
+    let stats = import(format, inputs, opts, &mut |s| {
+        writer.write(&s).map_err(|e| {
+            let msg = e.to_string();
+            write_err = Some(e);
+            ImportError::new(output.to_owned(), None, msg)
+        })
+    });
+    if let Some(e) = write_err {
+        return Err(e.into());
+    }
+    let stats = stats?;
+    Ok((writer.finish()?, stats))
+}
+
 /// Imports `inputs` (files or directories) in `format`, handing each session to `sink` in input
 /// order. Every session passes [`SessionRecord::check`] first.
 pub fn import(

@@ -518,6 +518,33 @@ fn directories_zstd_json_files_and_manifest_defaults() {
 }
 
 #[test]
+fn an_agentic_bench_manifest_gives_its_band_and_system_prompt() {
+    let d = tempdir("abench-manifest");
+    let small = session("small", &[("a", "b")]).to_string();
+    let big = session("big", &[(&"word ".repeat(3000), "b")]).to_string();
+    std::fs::write(d.join("data.jsonl"), format!("{small}\n{big}\n")).unwrap();
+    let manifest = |band: serde_json::Value| {
+        let m = json!({"dataset": "deepswe", "tier": "mixed", "version": "v1.1", "n_sessions": 2,
+            "band": band, "system_prompt_len": 32, "files": [{"path": "data.jsonl"}]});
+        std::fs::write(d.join("manifest.json"), m.to_string()).unwrap();
+    };
+    manifest(json!(null));
+    let p = plan(path_cfg(&d)).unwrap();
+    assert_eq!(
+        (p.summary.sessions, p.summary.system_prompt_tokens),
+        (2, 32)
+    );
+    // The band is the context defaults: only the big session's peak is within it.
+    manifest(json!([1000, 100_000]));
+    let p = plan(path_cfg(&d)).unwrap();
+    assert_eq!(p.summary.sessions, 1);
+    // Flags win over it.
+    let mut cfg = path_cfg(&d);
+    cfg.min_context = Some(1);
+    assert_eq!(plan(cfg).unwrap().summary.sessions, 2);
+}
+
+#[test]
 fn tool_waits_subtract_the_recording_models_generation_time() {
     let rates = RecordingRates::bundled();
     assert_eq!(rates.pooled, 140.0);
@@ -658,4 +685,85 @@ fn progress_is_reported_while_planning() {
     let (done, total) = last_count.unwrap();
     assert_eq!(done, total, "counting ends at 100%");
     assert!(matches!(seen.last(), Some(PlanProgress::Shaping)));
+}
+
+#[test]
+fn summary_text_is_the_bench_plan_report() {
+    use bench_workload::plan::{Dist, PlanSummary, SystemPromptInfo};
+
+    let mut s = PlanSummary {
+        dataset: "traces/x.jsonl".into(),
+        sessions: 12,
+        turns: 345,
+        input_tokens: 1_234_567,
+        new_input_tokens: 98_765,
+        output_tokens: 9_999,
+        recorded_input_tokens: Some(2_500_000_000),
+        recorded_output_tokens: None,
+        recorded_cached_tokens: Some(10_000),
+        tokenizer: "hf:qwen3".into(),
+        turns_per_session: Some(Dist {
+            min: 1.0,
+            p50: 20.5,
+            p90: 40.0,
+            max: 99.0,
+        }),
+        peak_context: Some(Dist {
+            min: 900.0,
+            p50: 15_000.0,
+            p90: 31_234.0,
+            max: 1_500_000.0,
+        }),
+        system_prompt: Some(SystemPromptInfo {
+            target_tokens: 500,
+            actual_tokens: 498,
+            text: Arc::from(""),
+        }),
+        total_tool_wait_s: 12.6,
+        capped_gaps: 3,
+        gap_source: "extracted".into(),
+        sessions_read: 20,
+        skipped_invalid: 2,
+        excluded_min_turns: 5,
+        excluded_empty: 1,
+        excluded_context_band: 2,
+        notes: vec!["first note".into(), "second note".into()],
+        ..PlanSummary::default()
+    };
+    s.est_wall_time_s.insert("250".into(), 40.0);
+    s.est_wall_time_s.insert("1000".into(), 10.4);
+    s.est_wall_time_s.insert("4000".into(), 2.5);
+    assert_eq!(
+        s.text(),
+        "bench plan: traces/x.jsonl · tokenizer hf:qwen3\n\
+         \x20 sessions        12 (of 20 read; left out: 1 empty, 5 too few turns, 2 outside the context band, 2 invalid skipped)\n\
+         \x20 turns           345 (per session: min 1 · p50 20 · p90 40 · max 99)\n\
+         \x20 input tokens    1.23M sent in all prompts (98.8K new)\n\
+         \x20 output tokens   9999 pinned\n\
+         \x20 recorded        input 2.50G · output n/a · cached 10.0K\n\
+         \x20 system prompt   500 tokens asked, 498 measured\n\
+         \x20 peak context    min 900 · p50 15.0K · p90 31.2K · max 1.50M\n\
+         \x20 tool waits      13 s in total (extracted; 3 capped)\n\
+         \x20 est. wall time  40 s at 250 output tok/s · 10 s at 1,000 · 2 s at 4,000\n\
+         \x20 note: first note\n\
+         \x20 note: second note\n"
+    );
+
+    // Without the optional parts: no turns, system prompt or peak-context line, no notes.
+    let empty = PlanSummary {
+        dataset: "sample".into(),
+        tokenizer: "chars/4".into(),
+        gap_source: "synthetic".into(),
+        ..PlanSummary::default()
+    };
+    assert_eq!(
+        empty.text(),
+        "bench plan: sample · tokenizer chars/4\n\
+         \x20 sessions        0 (of 0 read; left out: 0 empty, 0 too few turns, 0 outside the context band)\n\
+         \x20 input tokens    0 sent in all prompts (0 new)\n\
+         \x20 output tokens   0 pinned\n\
+         \x20 recorded        input n/a · output n/a · cached n/a\n\
+         \x20 tool waits      0 s in total (synthetic; 0 capped)\n\
+         \x20 est. wall time  0 s at 250 output tok/s · 0 s at 1,000 · 0 s at 4,000\n"
+    );
 }

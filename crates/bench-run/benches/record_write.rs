@@ -17,8 +17,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bench_report::record::{CountSource, TurnRecord, TurnStatus};
-use bench_runner::{Observer, RunDirWriter, RunEvent};
+use bench_run::RunDirWriter;
+use bench_rundir::{CountSource, TurnRecord, TurnStatus};
+use bench_runner::{Observer, RunEvent};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 /// Records written between two truncations of the file.
@@ -42,7 +43,7 @@ fn record(gaps: usize) -> TurnRecord {
         replay: 2,
         turn_index: 37,
         status: TurnStatus::Ok,
-        error_kind: Some("http_status".into()),
+        error_kind: Some(bench_transport::ErrorKind::Status),
         error: Some("HTTP 503 Service Unavailable: the engine is overloaded".into()),
         ttft_ms: Some(ms(Duration::from_nanos(1_234_567_891))),
         e2e_ms: Some(ms(Duration::from_nanos(4_987_654_321))),
@@ -67,6 +68,7 @@ fn record(gaps: usize) -> TurnRecord {
         worker: Some("vllm-worker-3.bench.svc.cluster.local".into()),
         redials: 1,
         warmup: false,
+        superseded: false,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Files a run writes outside its run directory: one summary line per run appended to a JSONL
-//! file (`--output`, for users coming from agentic-bench's `--output-file`), and the per-turn
-//! records as CSV.
+//! file (`bench run --output`, for users coming from agentic-bench's `--output-file`), and the
+//! per-turn records as CSV (`bench run --csv`).
 //!
 //! The summary line is flat (one level of keys, units in the names) so `jq`, pandas or a
 //! spreadsheet read it without unnesting. agentic-bench nests its line (`config`, `metrics`,
@@ -9,6 +9,34 @@
 //! `itl_max_ms`); elsewhere our names follow `result.json` (agentic-bench's
 //! `max_concurrency` is `concurrency`, `output_throughput` is `output_throughput_tok_s`,
 //! `completed_sessions` is `sessions_completed`, `tpot_ms` (a mean) is `tpot_mean_ms`).
+//!
+//! ```no_run
+//! # fn main() -> Result<(), bench_report::export::ExportError> {
+//! use std::path::{Path, PathBuf};
+//! use bench_report::export::{LineContext, append_result_line, result_line, utc_now, write_turns_csv};
+//! use bench_report::{RunInfo, compute};
+//!
+//! let utc = utc_now(); // when the run starts
+//! # let (turns, sessions) = (Vec::new(), Vec::new());
+//! // ... the run writes `turns` and `sessions` ...
+//! let result = compute(&turns, &sessions, &RunInfo::default());
+//! let ctx = LineContext {
+//!     utc,
+//!     run_dir: PathBuf::from("runs/x"),
+//!     base_url: "http://127.0.0.1:8000".into(),
+//!     model: "m".into(),
+//!     concurrency: 8,
+//!     rate: None,
+//!     duration_s: None,
+//!     elapsed_s: 61.2,
+//!     stopped_by: "completed".into(),
+//!     tag: None,
+//! };
+//! append_result_line(Path::new("results.jsonl"), &result_line(&result, &ctx))?;
+//! write_turns_csv(Path::new("turns.csv"), &turns)?;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt::Write as _;
 use std::fs::OpenOptions;
@@ -16,11 +44,30 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bench_report::RunResult;
-use bench_report::record::{CountSource, TurnRecord, TurnStatus};
 use serde_json::{Value, json};
 
-use crate::CliError;
+use crate::{CountSource, RunResult, TurnRecord, TurnStatus};
+
+/// [`append_result_line`] or [`write_turns_csv`] could not write its file. Shown on one line as
+/// `cannot write PATH: CAUSE` (the cause is also the error's `source`).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {}: {source}", path.display())]
+pub struct ExportError {
+    /// The file that was being written.
+    pub path: PathBuf,
+    /// Why it could not be.
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl ExportError {
+    fn new(path: &Path, source: std::io::Error) -> Self {
+        ExportError {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
 
 /// Version of the summary line built by [`result_line`]; bumped on any incompatible change
 /// (a key renamed, removed or changing meaning). New keys do not bump it.
@@ -47,6 +94,8 @@ pub struct LineContext {
     pub elapsed_s: f64,
     /// Why the run stopped (`completed`, `duration`, `max_duration`, `signal`, ...).
     pub stopped_by: String,
+    /// The run's label (`--tag`, agentic-bench's `config.tag`); `None` (JSON `null`) without one.
+    pub tag: Option<String>,
 }
 
 /// Now, as RFC 3339 UTC (for [`LineContext::utc`]; take it when the run starts).
@@ -80,6 +129,7 @@ pub fn result_line(result: &RunResult, ctx: &LineContext) -> Value {
         "duration_s": ctx.duration_s,
         "elapsed_s": ctx.elapsed_s,
         "stopped_by": ctx.stopped_by,
+        "tag": ctx.tag,
         "steady_frac": w.steady_frac,
         "steady_rule": w.rule,
         "slo_ttft_ms": result.slo.and_then(|x| x.ttft_ms),
@@ -151,18 +201,20 @@ pub fn result_line(result: &RunResult, ctx: &LineContext) -> Value {
 /// Appends `line` to `path` as one JSON line (the file is created if missing). The line and
 /// its newline go out in a single `write_all` on a file opened for append, so runs appending
 /// to the same file at once do not interleave their lines.
-pub fn append_result_line(path: &Path, line: &Value) -> Result<(), CliError> {
-    let fail = |e: &dyn std::fmt::Display| {
-        CliError::Failed(format!("cannot write {}: {e}", path.display()))
-    };
-    let mut bytes = serde_json::to_vec(line).map_err(|e| fail(&e))?;
+///
+/// # Errors
+///
+/// [`ExportError`] when the line cannot be encoded or the file cannot be opened or written.
+pub fn append_result_line(path: &Path, line: &Value) -> Result<(), ExportError> {
+    let fail = |e| ExportError::new(path, e);
+    let mut bytes = serde_json::to_vec(line).map_err(|e| fail(std::io::Error::from(e)))?;
     bytes.push(b'\n');
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
-        .map_err(|e| fail(&e))?;
-    file.write_all(&bytes).map_err(|e| fail(&e))
+        .map_err(fail)?;
+    file.write_all(&bytes).map_err(fail)
 }
 
 /// Columns of [`write_turns_csv`], in order.
@@ -202,13 +254,21 @@ static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 /// cell (so is a non-finite time); `status` and the count sources are the JSON words (`ok`,
 /// `server`, ...); `warmup` is `true`/`false`. The file is written to a temporary file beside
 /// `path` and renamed over it, so a failure never leaves half a file.
-pub fn write_turns_csv(path: &Path, turns: &[TurnRecord]) -> Result<(), CliError> {
-    let fail = |e: &dyn std::fmt::Display| {
-        CliError::Failed(format!("cannot write {}: {e}", path.display()))
-    };
+///
+/// # Errors
+///
+/// [`ExportError`] when `path` has no file name or the file cannot be written or renamed into
+/// place.
+pub fn write_turns_csv(path: &Path, turns: &[TurnRecord]) -> Result<(), ExportError> {
+    let fail = |e| ExportError::new(path, e);
     let name = path
         .file_name()
-        .ok_or_else(|| fail(&"not a file name"))?
+        .ok_or_else(|| {
+            fail(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a file name",
+            ))
+        })?
         .to_string_lossy();
     let tmp = path.with_file_name(format!(
         ".{name}.{}-{}.tmp",
@@ -218,7 +278,7 @@ pub fn write_turns_csv(path: &Path, turns: &[TurnRecord]) -> Result<(), CliError
     let written = write_csv_file(&tmp, turns).and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
-        return Err(fail(&e));
+        return Err(fail(e));
     }
     Ok(())
 }
@@ -270,7 +330,7 @@ fn write_row<W: std::io::Write>(
     num(w, Some(&t.replay))?;
     num(w, Some(&t.turn_index))?;
     w.write_field(status_word(t.status))?;
-    w.write_field(t.error_kind.as_deref().unwrap_or(""))?;
+    w.write_field(t.error_kind.map_or("", |k| k.as_str()))?;
     num(w, opt_time(&t.ttft_ms))?;
     num(w, opt_time(&t.e2e_ms))?;
     num(w, opt_time(&t.tpot_ms))?;
@@ -312,10 +372,11 @@ fn source_word(s: Option<CountSource>) -> &'static str {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use bench_report::record::{SessionRecord, SessionStatus};
-    use bench_report::{RunInfo, compute};
+    use crate::{RunInfo, SessionRecord, SessionStatus, compute};
+    use bench_rundir::ErrorKind;
 
     /// A fresh directory under the system temp dir, removed on drop.
     struct TempDir(PathBuf);
@@ -323,7 +384,7 @@ mod tests {
     impl TempDir {
         fn new(name: &str) -> Self {
             let d = std::env::temp_dir().join(format!(
-                "bench-cli-output-{name}-{}-{}",
+                "bench-report-export-{name}-{}-{}",
                 std::process::id(),
                 TMP_SEQ.fetch_add(1, Ordering::Relaxed)
             ));
@@ -370,13 +431,14 @@ mod tests {
             worker: Some("w0".into()),
             redials: 1,
             warmup: false,
+            superseded: false,
         }
     }
 
     fn failed(index: u32) -> TurnRecord {
         TurnRecord {
             status: TurnStatus::Error,
-            error_kind: Some("http_status".into()),
+            error_kind: Some(ErrorKind::Status),
             error: Some("HTTP 500: \"boom\", then\nmore, text".into()),
             ttft_ms: None,
             e2e_ms: Some(5.0),
@@ -407,6 +469,7 @@ mod tests {
             duration_s: Some(90.0),
             elapsed_s: 91.5,
             stopped_by: "duration".into(),
+            tag: Some("baseline".into()),
         }
     }
 
@@ -424,6 +487,7 @@ mod tests {
             warmup: false,
             start_s: 0.0,
             end_s: 2.0,
+            superseded: false,
         }];
         let info = RunInfo {
             concurrency: 4,
@@ -447,6 +511,7 @@ mod tests {
         assert_eq!(v["concurrency"], 4);
         assert_eq!(v["model"], "m");
         assert_eq!(v["stopped_by"], "duration");
+        assert_eq!(v["tag"], "baseline");
         assert_eq!(v["run_dir"], "runs/x");
         assert_eq!(v["duration_s"], 90.0);
         assert_eq!(v["turns_ok"], r.summary.turns_ok);
@@ -497,10 +562,14 @@ mod tests {
         let d = TempDir::new("append-err");
         let path = d.0.join("missing-dir").join("results.jsonl");
         let e = append_result_line(&path, &json!({})).expect_err("no such dir");
+        assert_eq!(e.path, path);
+        assert_eq!(e.source.kind(), std::io::ErrorKind::NotFound);
+        let shown = e.to_string();
         assert!(
-            matches!(&e, CliError::Failed(m) if m.starts_with(&format!("cannot write {}: ", path.display()))),
-            "{e}"
+            shown.starts_with(&format!("cannot write {}: ", path.display())),
+            "{shown}"
         );
+        assert!(!shown.contains('\n'), "{shown}");
     }
 
     #[test]

@@ -8,6 +8,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ErrorKind;
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// How a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -42,7 +48,7 @@ pub struct TurnRecord {
     /// How the turn ended.
     pub status: TurnStatus,
     /// Error kind (`http_status`, `io`, `timeout`, ...) when not ok.
-    pub error_kind: Option<String>,
+    pub error_kind: Option<ErrorKind>,
     /// Error detail (one line) when not ok.
     pub error: Option<String>,
     /// Request sent → first output chunk, ms.
@@ -91,6 +97,10 @@ pub struct TurnRecord {
     pub redials: u32,
     /// Part of the unmeasured warmup.
     pub warmup: bool,
+    /// Replaced by a later play of its session (a resumed run played the session again):
+    /// readers skip it. Written only when true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub superseded: bool,
 }
 
 /// How a session play ended.
@@ -136,4 +146,7 @@ pub struct SessionRecord {
     /// When the play ended, s from the run's start.
     #[serde(default)]
     pub end_s: f64,
+    /// Replaced by a later play (see [`TurnRecord::superseded`]). Written only when true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub superseded: bool,
 }

@@ -1,0 +1,545 @@
+//! `bench run`'s flags and the [`RunSpec`] they describe.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bench_run::spec::Sampling;
+use bench_run::{
+    BackendChoice, EmbeddedSim, Exports, Judge, Limits, Load, RequestShape, RunSpec, Scraping,
+    Target,
+};
+use bench_runner::{Arrival, ArrivalProcess, ContentMode, OutputCapField, ResponseMode, ToolWaits};
+use bench_sim::SimConfig;
+use bench_telemetry::Backend;
+use clap::{ArgAction, Args, ValueEnum};
+use serde_json::Value;
+
+use crate::run::run_error;
+use crate::workload::{ABENCH, PlanArgs};
+use crate::{CliError, SimModelArgs};
+
+/// A server family for `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// Detect it (the default).
+    Auto,
+    /// vLLM (`owned_by: "vllm"`, `vllm:` metrics).
+    Vllm,
+    /// SGLang (`owned_by: "sglang"`, `sglang:` metrics).
+    Sglang,
+    /// llama.cpp's server (`owned_by: "llamacpp"`, `llamacpp:` metrics).
+    Llamacpp,
+    /// Any other OpenAI-compatible server.
+    Openai,
+}
+
+/// What joins the conversation after each turn.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ContentModeArg {
+    /// The recorded assistant text (reproducible across engines).
+    Trace,
+    /// What the server generated.
+    Model,
+}
+
+/// How open-loop sessions are spaced.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ArrivalArg {
+    /// Exponential gaps (a Poisson process), seeded by --seed.
+    Poisson,
+    /// Evenly spaced.
+    Constant,
+}
+
+/// `bench run` flags. They become a [`RunSpec`], recorded in `run.json` (header values never
+/// are) so that `--resume` replays the same plan with the same settings.
+#[derive(Debug, Clone, Args)]
+pub struct RunCmd {
+    /// Finish the run in RUN_DIR that crashed or was stopped, with the configuration recorded
+    /// in its run.json: finished sessions are kept, partly played ones are played again from
+    /// their first turn (their earlier records are marked `superseded`), and result.json counts
+    /// each planned session once. Only --header (header values are never recorded), -q,
+    /// --json and --progress-interval may be given with it.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub resume: Option<PathBuf>,
+    /// Server to benchmark (http:// only). Without it, the embedded simulator is started.
+    #[arg(long, env = "BENCH_BASE_URL")]
+    pub base_url: Option<String>,
+    /// Model name; by default the first model listed by GET /v1/models.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Server family [default: detected from /v1/models and /metrics]. Decides the cache-flush
+    /// endpoint and whether SGLang's cache-hit split is asked for; a mismatch with what is
+    /// detected is warned about, and the given value wins.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+    /// Open loop: start this many sessions per second, whatever the server's speed (each
+    /// session still plays turn by turn). Latency is also reported from when each turn was
+    /// due (`ttft_from_due_ms`), and the dispatch lag shows when the client fell behind.
+    #[arg(long, value_name = "SESSIONS_PER_S")]
+    pub rate: Option<f64>,
+    /// Closed loop: start the -c sessions evenly over this time (e.g. 5s) instead of all at
+    /// once; turns sent before enough are active fall outside the steady window.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "rate")]
+    pub ramp_up: Option<Duration>,
+    /// Spacing of open-loop session starts.
+    #[arg(long, value_enum, default_value_t = ArrivalArg::Poisson, requires = "rate")]
+    pub arrival: ArrivalArg,
+    /// Play the first N sessions of the pool, cut to 3 turns, before measuring; their records
+    /// are marked `warmup` and left out of every metric.
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "N",
+        visible_alias = "warmup-requests"
+    )]
+    pub warmup_sessions: u32,
+    /// Empty the server's prefix cache before the run (vLLM: POST /reset_prefix_cache, which
+    /// needs VLLM_SERVER_DEV_MODE=1; SGLang: POST /flush_cache). Fails when it cannot.
+    #[arg(long)]
+    pub flush_cache: bool,
+    /// Run for this long, looping the pool (e.g. 90s, 5m); no new session or turn after it.
+    #[arg(long, value_parser = parse_duration_or_zero)]
+    pub duration: Option<Duration>,
+    /// Hard fuse on the whole run: requests still in flight are cut (0: none).
+    #[arg(long, value_parser = parse_duration_or_zero)]
+    pub max_duration: Option<Duration>,
+    /// Per-request timeout.
+    #[arg(long, value_parser = parse_duration_or_zero, default_value = "600s")]
+    pub turn_timeout: Duration,
+    /// Stop a session at its next turn boundary once it has run this long (0: never).
+    #[arg(long, value_parser = parse_duration_or_zero)]
+    pub session_timeout: Option<Duration>,
+    /// Wait this long for GET /v1/models to answer 200 before the run (0: try once).
+    #[arg(long, value_parser = parse_duration_or_zero, default_value = "60s",
+          visible_alias = "ready-check-timeout-sec")]
+    pub ready_timeout: Duration,
+    /// The model's window for the context guard [default: `max_model_len` from /v1/models, or
+    /// llama.cpp's per-slot `meta.n_ctx`].
+    #[arg(long)]
+    pub max_model_len: Option<u64>,
+    /// Multiply every tool wait by this.
+    #[arg(long, default_value_t = 1.0)]
+    pub gap_scale: f64,
+    /// Do not wait between turns.
+    #[arg(long)]
+    pub no_gaps: bool,
+    /// Do not mark replays of recycled sessions (they may then hit the cache their previous
+    /// play warmed).
+    #[arg(long)]
+    pub no_cache_bust: bool,
+    /// Send `max_tokens` instead of `max_completion_tokens`.
+    #[arg(long)]
+    pub legacy_max_tokens: bool,
+    /// Do not send `ignore_eos` (output may stop before the pinned length).
+    #[arg(long)]
+    pub no_ignore_eos: bool,
+    /// What joins the conversation after each turn.
+    #[arg(long, value_enum, default_value_t = ContentModeArg::Trace)]
+    pub content_mode: ContentModeArg,
+    /// Ask for whole JSON responses instead of streams (TTFT is then the whole response time).
+    #[arg(long)]
+    pub disable_stream: bool,
+    /// Sampling temperature, sent as `temperature` [default: not sent].
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Sent as `top_p`, when below 1.0.
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Sent as `top_k`.
+    #[arg(long, allow_negative_numbers = true)]
+    pub top_k: Option<i64>,
+    /// Sent as `presence_penalty`.
+    #[arg(long, allow_negative_numbers = true)]
+    pub presence_penalty: Option<f64>,
+    /// JSON object sent as `chat_template_kwargs`, e.g. '{"enable_thinking": false}' (`{}`
+    /// sends nothing).
+    #[arg(long, value_name = "JSON")]
+    pub chat_template_kwargs: Option<String>,
+    /// JSON object merged into every request body last (over the sampling flags too).
+    #[arg(long, value_name = "JSON")]
+    pub extra_request_body: Option<String>,
+    /// Extra request header, `K=V` (repeatable). Only the names are recorded in run.json.
+    #[arg(long = "header", value_name = "K=V")]
+    pub headers: Vec<String>,
+    /// Send each session's id in this header (a stable routing key for routers); without a
+    /// value, in `X-SMG-Routing-Key` (agentic-bench's).
+    #[arg(long, value_name = "HEADER", num_args = 0..=1, default_missing_value = "X-SMG-Routing-Key")]
+    pub routing_key: Option<String>,
+    /// Response header naming the worker that served a turn (routing stickiness).
+    #[arg(long, value_name = "HEADER")]
+    pub worker_header: Option<String>,
+    /// A turn counts in the steady window when at least ceil(F × C) sessions were active.
+    #[arg(long, default_value_t = 0.9)]
+    pub steady_frac: f64,
+    /// Service-level objectives for goodput, e.g. `ttft_ms=500,tpot_ms=50`.
+    #[arg(long)]
+    pub slo: Option<String>,
+    /// Exit 1 when more than this fraction of turns failed.
+    #[arg(long, default_value_t = 0.0)]
+    pub max_error_rate: f64,
+    /// Run directory (default: `runs/<UTC time>-<pid>`).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Print result.json instead of the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Append one JSON line summarizing the run to FILE (one line per run, for scripts and
+    /// users migrating from agentic-bench's --output-file).
+    #[arg(long, value_name = "FILE", visible_alias = "output-file")]
+    pub output: Option<PathBuf>,
+    /// A label for the run, in run.json, the report and the --output line (`tag`).
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Write every turn record as a CSV row to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Scrape the server's /metrics this often (into scrapes.jsonl; summarized as `server` in
+    /// result.json). A baseline is taken before the first turn and a final one after the last.
+    /// 0 is --no-metrics.
+    #[arg(long, value_parser = parse_duration_or_zero, default_value = "5s")]
+    pub metrics_interval: Duration,
+    /// Do not scrape /metrics.
+    #[arg(long)]
+    pub no_metrics: bool,
+    /// After the first Ctrl-C or SIGTERM, turns in flight get this long to finish before they
+    /// are cut (a second signal cuts them at once).
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub grace: Duration,
+    /// Progress display: a bar on a terminal, otherwise a heartbeat line every this often (0:
+    /// none, as -q).
+    #[arg(long, value_parser = parse_duration_or_zero, default_value = "5s")]
+    pub progress_interval: Duration,
+    /// Heartbeat lines instead of the bar, even on a terminal.
+    #[arg(long, visible_alias = "disable-tqdm")]
+    pub no_progress_bar: bool,
+    /// No progress display.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Server host: requests go to http://HOST:PORT (--base-url wins).
+    #[arg(long, help_heading = ABENCH)]
+    pub host: Option<String>,
+    /// Server port (host 127.0.0.1 by default) [default with --host: by --backend: vllm 8000,
+    /// sglang and openai 30000, llamacpp 8080].
+    #[arg(long, help_heading = ABENCH)]
+    pub port: Option<u16>,
+    /// No effect (a note says so): every turn and session is in the run directory.
+    #[arg(long, help_heading = ABENCH, overrides_with = "no_output_details")]
+    pub output_details: bool,
+    /// No effect: the --output line is a summary.
+    #[arg(long, help_heading = ABENCH, overrides_with = "output_details")]
+    pub no_output_details: bool,
+    /// No effect (a note says so): every session is in the run directory's sessions.jsonl.
+    #[arg(long, help_heading = ABENCH)]
+    pub verbose: bool,
+    /// The same as --help.
+    #[arg(long, action = ArgAction::HelpLong, help_heading = ABENCH)]
+    help_advanced: Option<bool>,
+    /// Dataset and selection.
+    #[command(flatten)]
+    pub plan: PlanArgs,
+    /// Embedded simulator (without --base-url).
+    #[command(flatten)]
+    pub sim: EmbeddedSimArgs,
+}
+
+/// The embedded simulator's model, for `bench run` without `--base-url` (see `bench sim --help`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Embedded simulator (without --base-url)")]
+pub struct EmbeddedSimArgs {
+    /// Fixed TTFT in ms (with --sim-itl-ms).
+    #[arg(long, requires = "sim_itl_ms")]
+    pub sim_ttft_ms: Option<f64>,
+    /// Fixed gap between tokens in ms (with --sim-ttft-ms).
+    #[arg(long, requires = "sim_ttft_ms")]
+    pub sim_itl_ms: Option<f64>,
+    /// No simulated delay at all.
+    #[arg(long)]
+    pub sim_instant: bool,
+    /// Context window of the simulated model (the bundled sample has sessions up to ~90K
+    /// tokens).
+    #[arg(long, default_value_t = 131_072)]
+    pub sim_max_model_len: u32,
+    /// KV-cache capacity in tokens.
+    #[arg(long, default_value_t = SimConfig::default().kv_capacity_tokens)]
+    pub sim_kv_capacity_tokens: u64,
+    /// Sequence slots.
+    #[arg(long, default_value_t = SimConfig::default().max_num_seqs)]
+    pub sim_max_num_seqs: usize,
+    /// Multiply every simulated delay.
+    #[arg(long, default_value_t = 1.0)]
+    pub sim_time_scale: f64,
+}
+
+impl EmbeddedSimArgs {
+    pub(crate) fn to_model_args(&self) -> SimModelArgs {
+        let d = SimConfig::default();
+        SimModelArgs {
+            ttft_ms: self.sim_ttft_ms,
+            itl_ms: self.sim_itl_ms,
+            instant: self.sim_instant,
+            flavor: crate::FlavorArg::Vllm,
+            max_model_len: self.sim_max_model_len,
+            prefill_ms_per_token: d.prefill_ms_per_token,
+            decode_step_ms: d.decode_step_base_ms,
+            decode_step_ms_per_seq: d.decode_step_ms_per_seq,
+            max_num_seqs: self.sim_max_num_seqs,
+            max_num_batched_tokens: d.max_num_batched_tokens,
+            kv_capacity_tokens: self.sim_kv_capacity_tokens,
+            block_size: d.block_size,
+            time_scale: self.sim_time_scale,
+            seed: 0,
+            default_max_tokens: d.default_max_tokens,
+            tokenizer: None,
+        }
+    }
+}
+
+/// Parses `90s`, `5m`, `1h`, `250ms` or plain seconds; refuses 0.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration_or_zero(s)? {
+        d if d.is_zero() => Err(format!("{:?}: a duration must be positive", s.trim())),
+        d => Ok(d),
+    }
+}
+
+/// [`parse_duration`], taking 0 too (what it means is the flag's to say).
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 90s, 5m, 250ms)"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("{s:?}: a duration must not be negative"));
+    }
+    Ok(Duration::from_secs_f64(v * mult))
+}
+
+fn absolute(p: &std::path::Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_owned())
+}
+
+impl RunCmd {
+    /// The run these flags describe: checked, paths made absolute (a resume may start
+    /// elsewhere), header values left out.
+    pub fn to_spec(&self) -> Result<RunSpec, CliError> {
+        let usage = |m: &str| Err(CliError::Usage(m.into()));
+        if self.duration.is_some_and(|d| d.is_zero()) {
+            return usage(
+                "--duration 0 (agentic-bench: loop the pool with no deadline) is refused: give a \
+                 positive duration, or leave it out to play the pool once",
+            );
+        }
+        if self.turn_timeout.is_zero() {
+            return usage(
+                "--turn-timeout 0 (agentic-bench: no timeout) is refused: bench needs a finite \
+                 per-request timeout, e.g. 4h",
+            );
+        }
+        if self.output_details {
+            eprintln!(
+                "note: --output-details has no effect: every turn and session is recorded in the run directory (turns.jsonl, sessions.jsonl)"
+            );
+        }
+        if self.verbose {
+            eprintln!(
+                "note: --verbose has no effect: every finished session is recorded in the run directory's sessions.jsonl"
+            );
+        }
+        if let Some(r) = self.rate {
+            if !r.is_finite() || r <= 0.0 {
+                return Err(CliError::Usage(format!(
+                    "--rate must be a positive number of sessions per second, not {r}"
+                )));
+            }
+        }
+        if !self.gap_scale.is_finite() || self.gap_scale < 0.0 {
+            return usage("--gap-scale must be a non-negative number");
+        }
+        let mut plan = self.plan.to_config()?;
+        if let bench_workload::plan::DatasetSpec::Path(p) = &mut plan.dataset {
+            *p = absolute(p);
+        }
+        if let bench_workload::tokenize::TokenizerSpec::Path(p) = &mut plan.tokenizer {
+            *p = absolute(p);
+        }
+        let target = match self.base_url()? {
+            Some(base_url) => Target::Url {
+                base_url,
+                header_names: Vec::new(),
+                ready_timeout: self.ready_timeout,
+            },
+            None => {
+                let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+                let c = self.sim.to_model_args().to_config(any, String::new());
+                Target::Embedded(EmbeddedSim::from_config(&c.map_err(CliError::Usage)?))
+            }
+        };
+        let load = match self.rate {
+            Some(rate) => Load::Open {
+                arrival: Arrival {
+                    rate,
+                    process: match self.arrival {
+                        ArrivalArg::Poisson => ArrivalProcess::Poisson,
+                        ArrivalArg::Constant => ArrivalProcess::Constant,
+                    },
+                    seed: self.plan.seed,
+                },
+                max_in_flight: self.plan.concurrency.filter(|&c| c > 0),
+            },
+            None => Load::Closed {
+                concurrency: self.plan.concurrency(),
+                ramp_up: self.ramp_up,
+            },
+        };
+        let request = RequestShape {
+            model: self.model.clone(),
+            max_model_len: self.max_model_len,
+            output_cap_field: if self.legacy_max_tokens {
+                OutputCapField::MaxTokens
+            } else {
+                OutputCapField::MaxCompletionTokens
+            },
+            ignore_eos: !self.no_ignore_eos,
+            response: if self.disable_stream {
+                ResponseMode::Whole
+            } else {
+                ResponseMode::Stream
+            },
+            content_mode: match self.content_mode {
+                ContentModeArg::Trace => ContentMode::Trace,
+                ContentModeArg::Model => ContentMode::Model,
+            },
+            cache_bust: !self.no_cache_bust,
+            tool_waits: if self.no_gaps {
+                ToolWaits::Skip
+            } else {
+                ToolWaits::Honour {
+                    scale: self.gap_scale,
+                    cap: Duration::from_secs_f64(self.plan.gap_cap_ms.max(0.0) / 1000.0),
+                }
+            },
+            extra_body: {
+                let mut body = crate::parse_extra_body(self.extra_request_body.as_deref())?;
+                let sampling = Sampling {
+                    temperature: self.temperature,
+                    top_p: self.top_p,
+                    top_k: self.top_k,
+                    presence_penalty: self.presence_penalty,
+                    chat_template_kwargs: self.chat_template_kwargs()?,
+                };
+                sampling.merge_into(&mut body).map_err(run_error)?;
+                body
+            },
+            routing_header: self.routing_key.clone(),
+            worker_header: self.worker_header.clone(),
+        };
+        let spec = RunSpec {
+            target,
+            plan,
+            load,
+            request,
+            limits: Limits {
+                duration: self.duration,
+                max_duration: self.max_duration.filter(|d| !d.is_zero()),
+                turn_timeout: self.turn_timeout,
+                session_timeout: self.session_timeout.filter(|d| !d.is_zero()),
+            },
+            warmup_sessions: self.warmup_sessions,
+            scrape: if self.no_metrics || self.metrics_interval.is_zero() {
+                Scraping::Off
+            } else {
+                Scraping::Every(self.metrics_interval)
+            },
+            backend: match self.backend {
+                None | Some(BackendArg::Auto) => BackendChoice::Auto,
+                Some(BackendArg::Vllm) => BackendChoice::Named(Backend::Vllm),
+                Some(BackendArg::Sglang) => BackendChoice::Named(Backend::Sglang),
+                Some(BackendArg::Llamacpp) => BackendChoice::Named(Backend::Llamacpp),
+                Some(BackendArg::Openai) => BackendChoice::Named(Backend::Unknown),
+            },
+            flush_cache: self.flush_cache,
+            judge: Judge {
+                steady_frac: self.steady_frac,
+                max_error_rate: self.max_error_rate,
+                slo: self.slo.clone(),
+            },
+            exports: Exports {
+                result_line: self.output.as_deref().map(absolute),
+                turns_csv: self.csv.as_deref().map(absolute),
+                tag: self.tag.clone(),
+            },
+        };
+        spec.validate().map_err(run_error)?;
+        Ok(spec)
+    }
+
+    /// How progress is shown: nothing with -q or `--progress-interval 0`, heartbeat lines
+    /// with --no-progress-bar, else a bar on a terminal and lines otherwise.
+    pub fn progress_mode(&self) -> crate::progress::Mode {
+        use crate::progress::Mode;
+        if self.quiet || self.progress_interval.is_zero() {
+            Mode::Off
+        } else if self.no_progress_bar {
+            Mode::Lines
+        } else {
+            Mode::auto()
+        }
+    }
+
+    /// The server: --base-url, else http://HOST:PORT from --host/--port (agentic-bench's), else
+    /// none (the embedded simulator).
+    fn base_url(&self) -> Result<Option<String>, CliError> {
+        if self.base_url.is_some() || (self.host.is_none() && self.port.is_none()) {
+            return Ok(self.base_url.clone());
+        }
+        let port = self.port.or(match self.backend {
+            Some(BackendArg::Vllm) => Some(8000),
+            Some(BackendArg::Sglang | BackendArg::Openai) => Some(30000),
+            Some(BackendArg::Llamacpp) => Some(8080),
+            None | Some(BackendArg::Auto) => None,
+        });
+        let Some(port) = port else {
+            return Err(CliError::Usage(
+                "--host needs --port, a named --backend or --base-url: bench does not probe \
+                 ports 30000 and 8000 as agentic-bench does"
+                    .into(),
+            ));
+        };
+        let host = self.host.as_deref().unwrap_or("127.0.0.1");
+        Ok(Some(if host.contains(':') && !host.starts_with('[') {
+            format!("http://[{host}]:{port}")
+        } else {
+            format!("http://{host}:{port}")
+        }))
+    }
+
+    /// `--chat-template-kwargs`, parsed.
+    fn chat_template_kwargs(&self) -> Result<Option<serde_json::Map<String, Value>>, CliError> {
+        let Some(text) = &self.chat_template_kwargs else {
+            return Ok(None);
+        };
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(m)) => Ok(Some(m)),
+            Ok(_) => Err(CliError::Usage(
+                r#"--chat-template-kwargs must be a JSON object, e.g. '{"enable_thinking": false}'"#
+                    .into(),
+            )),
+            Err(e) => Err(CliError::Usage(format!(
+                "--chat-template-kwargs is not valid JSON: {e}"
+            ))),
+        }
+    }
+}

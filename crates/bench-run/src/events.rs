@@ -1,0 +1,168 @@
+//! The run directory's writers: `events.jsonl` (lifecycle events, also broadcast to a
+//! [`crate::RunHandle`]'s subscribers) and `turns.jsonl`/`sessions.jsonl` ([`RunDirWriter`]).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use bench_rundir::{EventLine, LifecycleEvent, files, jsonl};
+use bench_runner::{Observer, RunEvent};
+use tokio::sync::broadcast;
+
+/// How many events a subscriber may fall behind before it is told it lagged.
+pub const EVENT_BUFFER: usize = 1024;
+
+/// Appends lifecycle events to `events.jsonl` and broadcasts them.
+#[derive(Debug)]
+pub struct Events {
+    file: Mutex<File>,
+    tx: broadcast::Sender<EventLine>,
+}
+
+impl Events {
+    /// Opens (or appends to) `dir/events.jsonl`.
+    pub fn open(dir: &Path) -> Result<Events, jsonl::IoError> {
+        let (tx, _) = broadcast::channel(EVENT_BUFFER);
+        Ok(Events {
+            file: Mutex::new(jsonl::open_append(&dir.join(files::EVENTS))?),
+            tx,
+        })
+    }
+
+    /// Writes `event` stamped now, then broadcasts it.
+    pub fn emit(&self, event: LifecycleEvent) {
+        let line = EventLine {
+            event,
+            utc: bench_report::export::utc_now(),
+        };
+        if let Ok(mut f) = self.file.lock() {
+            let _ = jsonl::append(&mut f, &line);
+        }
+        let _ = self.tx.send(line);
+    }
+
+    /// A new subscriber (it sees events emitted from now on).
+    pub fn subscribe(&self) -> broadcast::Receiver<EventLine> {
+        self.tx.subscribe()
+    }
+}
+
+impl Observer for Events {
+    fn on_event(&self, e: &RunEvent<'_>) {
+        if let RunEvent::Phase(p) = e {
+            self.emit(LifecycleEvent::Phase { phase: *p });
+        }
+    }
+}
+
+/// Writes `turns.jsonl` and `sessions.jsonl`, one line per record, each handed to the OS
+/// (unbuffered write) before the engine goes on.
+#[derive(Debug)]
+pub struct RunDirWriter {
+    turns: Mutex<File>,
+    sessions: Mutex<File>,
+    dir: PathBuf,
+    errors: Mutex<Vec<String>>,
+}
+
+impl RunDirWriter {
+    /// Creates (or appends to) the record files in `dir`.
+    pub fn create(dir: &Path) -> Result<RunDirWriter, jsonl::IoError> {
+        std::fs::create_dir_all(dir).map_err(|source| jsonl::IoError {
+            path: dir.to_owned(),
+            source,
+        })?;
+        Ok(RunDirWriter {
+            turns: Mutex::new(jsonl::open_append(&dir.join(files::TURNS))?),
+            sessions: Mutex::new(jsonl::open_append(&dir.join(files::SESSIONS))?),
+            dir: dir.to_path_buf(),
+            errors: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Write failures so far (records that could not be written).
+    pub fn errors(&self) -> Vec<String> {
+        self.errors.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    fn write(&self, file: &Mutex<File>, name: &str, value: &impl serde::Serialize) {
+        let r = match file.lock() {
+            Ok(mut f) => jsonl::append(&mut f, value),
+            Err(_) => Ok(()),
+        };
+        if let Err(e) = r {
+            if let Ok(mut errs) = self.errors.lock() {
+                errs.push(format!("{}: {e}", self.dir.join(name).display()));
+            }
+        }
+    }
+}
+
+impl Observer for RunDirWriter {
+    fn on_event(&self, event: &RunEvent<'_>) {
+        match event {
+            RunEvent::TurnFinished(t) => self.write(&self.turns, files::TURNS, t),
+            RunEvent::SessionFinished(s) => self.write(&self.sessions, files::SESSIONS, s),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use bench_rundir::{Phase, SessionRecord, SessionStatus, StopBy};
+
+    #[test]
+    fn records_and_events_land_one_per_line_and_read_back_typed() {
+        let dir = std::env::temp_dir().join(format!("bench-run-writer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let writer = RunDirWriter::create(&dir).unwrap();
+        let events = Events::open(&dir).unwrap();
+        let mut rx = events.subscribe();
+        let s = SessionRecord {
+            session_id: "a".into(),
+            replay: 0,
+            status: SessionStatus::Completed,
+            turns_played: 1,
+            turns_planned: 1,
+            output_tokens: 3,
+            busy_s: 0.5,
+            marker: None,
+            warmup: false,
+            start_s: 0.0,
+            end_s: 0.5,
+            superseded: false,
+        };
+        for _ in 0..3 {
+            writer.on_event(&RunEvent::SessionFinished(&s));
+        }
+        events.on_event(&RunEvent::Phase(Phase::Measuring));
+        events.emit(LifecycleEvent::Stopped {
+            by: StopBy::Completed,
+            reason: "done".into(),
+        });
+        assert!(writer.errors().is_empty());
+        let back = jsonl::read::<SessionRecord>(&dir.join(files::SESSIONS)).unwrap();
+        assert_eq!(back.records, vec![s; 3]);
+        let ev = jsonl::read::<EventLine>(&dir.join(files::EVENTS)).unwrap();
+        let kinds: Vec<&LifecycleEvent> = ev.records.iter().map(|e| &e.event).collect();
+        assert_eq!(
+            kinds,
+            [
+                &LifecycleEvent::Phase {
+                    phase: Phase::Measuring
+                },
+                &LifecycleEvent::Stopped {
+                    by: StopBy::Completed,
+                    reason: "done".into()
+                }
+            ]
+        );
+        // A subscriber gets the same typed events.
+        assert_eq!(rx.try_recv().unwrap().event, *kinds[0]);
+        assert_eq!(rx.try_recv().unwrap().event, *kinds[1]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

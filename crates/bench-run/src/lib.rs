@@ -1,0 +1,697 @@
+//! `bench-run`: a whole benchmark run as a library — the one code path behind `bench run`,
+//! an embedding program and the control plane.
+//!
+//! [`start`] takes a [`RunSpec`] (serializable, validated: the schema of `run.json`'s `spec`)
+//! and [`RunOptions`] (what is never recorded: header values, observers, where notices go),
+//! and does everything a run is: plans the workload, starts the embedded simulator when there
+//! is no server, waits for the server to be ready and reads its model and window, detects its
+//! family, flushes its cache if asked, creates the run directory (`run.json`, `events.jsonl`,
+//! `turns.jsonl`, `sessions.jsonl`, `scrapes.jsonl`, `result.json`; one schema, in
+//! [`bench_rundir`]), scrapes `/metrics`, writes heartbeats, replays the plan with
+//! [`bench_runner`], classifies the stop and computes the result. [`resume()`] finishes a run
+//! that crashed or was stopped, from its directory alone.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), bench_run::RunError> {
+//! let handle = bench_run::start(bench_run::RunSpec::default(), bench_run::RunOptions::default()).await?;
+//! println!("{}", handle.progress().turns_done);
+//! let report = handle.wait().await?;
+//! println!("{} → {}", report.dir.display(), report.stopped_by);
+//! # Ok(()) }
+//! ```
+
+pub mod events;
+pub mod lifecycle;
+pub mod probe;
+pub mod progress;
+pub mod resume;
+pub mod scrape;
+pub mod server;
+pub mod spec;
+pub mod stop;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bench_report::RunResult;
+use bench_report::export::LineContext;
+use bench_rundir::{EventLine, LifecycleEvent, Opened, StopBy, TurnStatus, files};
+use bench_runner::{CancelToken, Observer};
+use bench_sim::SimServer;
+use bench_transport::{Client, ClientConfig};
+use bench_workload::plan::{Plan, ProgressFn};
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+pub use events::{Events, RunDirWriter};
+pub use progress::{ProgressCounters, Snapshot};
+pub use spec::{
+    BackendChoice, DEFAULT_CONCURRENCY, EmbeddedSim, Exports, Judge, Limits, Load, RequestShape,
+    RunSpec, Scraping, SimLatency, Target,
+};
+pub use stop::CancelledBy;
+
+/// How often `events.jsonl` gets a `heartbeat`.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+
+/// Why a run could not start or finish.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// Bad input: the spec, the dataset, the run directory (`bench run` exits 2).
+    #[error("{0}")]
+    Invalid(String),
+    /// The run failed: the server, the disk (`bench run` exits 1).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A line for whoever started the run (the CLI prints them on stderr).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// What is happening (e.g. where the run goes).
+    Info(String),
+    /// Something the user should know (a backend mismatch, scraping disabled, a repair).
+    Warning(String),
+}
+
+/// What a run needs that is never recorded in its directory.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// The run directory (default `runs/<UTC time>-<pid>`). Ignored by [`resume()`].
+    pub run_dir: Option<PathBuf>,
+    /// Extra request headers (name, value); only the names are recorded.
+    pub headers: Vec<(String, String)>,
+    /// Observers of the engine's events (called on its tasks: keep them quick).
+    pub observers: Vec<Arc<dyn Observer>>,
+    /// Called as planning advances.
+    pub plan_progress: Option<ProgressFn>,
+    /// Where notices go (default: nowhere).
+    pub notices: Option<Arc<dyn Fn(Notice) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("run_dir", &self.run_dir)
+            .field(
+                "header_names",
+                &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .field("observers", &self.observers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunOptions {
+    fn notice(&self, n: Notice) {
+        if let Some(f) = &self.notices {
+            f(n);
+        }
+    }
+}
+
+/// What `run.json` holds: the spec and what the run found out.
+#[derive(Debug, Serialize)]
+struct RunJson<'a> {
+    spec: &'a RunSpec,
+    tool_version: &'static str,
+    pid: u32,
+    base_url: &'a str,
+    model: &'a str,
+    max_model_len: Option<u64>,
+    backend: bench_telemetry::Backend,
+    backend_detected: &'a server::Detected,
+    auth: &'a str,
+    plan: &'a bench_workload::plan::PlanSummary,
+    run: &'a bench_runner::RunConfig,
+}
+
+/// A run in progress.
+#[derive(Debug)]
+pub struct RunHandle {
+    dir: PathBuf,
+    events: Arc<Events>,
+    progress: Arc<ProgressCounters>,
+    canceller: Canceller,
+    task: tokio::task::JoinHandle<Result<RunReport, RunError>>,
+}
+
+/// Stops a run from anywhere (clonable, `Send`).
+#[derive(Debug, Clone)]
+pub struct Canceller {
+    token: CancelToken,
+    by_signal: Arc<AtomicBool>,
+}
+
+impl Canceller {
+    /// Stops dispatching: no new session or turn; turns in flight finish.
+    pub fn cancel(&self, by: CancelledBy) {
+        if by == CancelledBy::Signal {
+            self.by_signal.store(true, Ordering::SeqCst);
+        }
+        self.token.cancel();
+    }
+
+    /// Cuts the turns in flight too (their records say `cancelled`).
+    pub fn abort(&self) {
+        self.token.cancel();
+        self.token.abort();
+    }
+
+    fn by(&self) -> CancelledBy {
+        if self.by_signal.load(Ordering::SeqCst) {
+            CancelledBy::Signal
+        } else {
+            CancelledBy::Caller
+        }
+    }
+}
+
+impl RunHandle {
+    /// The run directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The lifecycle events from now on (the same typed events `events.jsonl` holds; the
+    /// file has the earlier ones). A receiver that falls [`events::EVENT_BUFFER`] behind is
+    /// told it lagged.
+    pub fn events(&self) -> broadcast::Receiver<EventLine> {
+        self.events.subscribe()
+    }
+
+    /// The counters now (turns, sessions, active, failures, output tok/s so far, ETA).
+    pub fn progress(&self) -> Snapshot {
+        self.progress.snapshot_now()
+    }
+
+    /// The live counters, for a display that samples them on its own clock.
+    pub fn progress_counters(&self) -> Arc<ProgressCounters> {
+        self.progress.clone()
+    }
+
+    /// Stops dispatching: no new session or turn; turns in flight finish; the run is
+    /// finalized and marked `cancelled`.
+    pub fn cancel(&self) {
+        self.canceller.cancel(CancelledBy::Caller);
+    }
+
+    /// Cuts the turns in flight too.
+    pub fn abort(&self) {
+        self.canceller.abort();
+    }
+
+    /// A handle to cancel or abort from elsewhere (a signal handler).
+    pub fn canceller(&self) -> Canceller {
+        self.canceller.clone()
+    }
+
+    /// Waits for the end: the result is written and the report returned.
+    pub async fn wait(self) -> Result<RunReport, RunError> {
+        self.task
+            .await
+            .map_err(|e| RunError::Failed(format!("the run task failed: {e}")))?
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// `result.json`.
+    pub result: RunResult,
+    /// What stopped it.
+    pub stopped_by: StopBy,
+    /// In words.
+    pub reason: String,
+    /// Measured and warmup turn records of the run (every segment's, superseded ones left out).
+    pub turns_total: u64,
+    /// Of those, the ones not ok.
+    pub turns_failed: u64,
+    /// Replay tasks that failed (a bug; their sessions were cut).
+    pub task_failures: Vec<String>,
+    /// Records that could not be written, and similar.
+    pub warnings: Vec<String>,
+    /// The spec's failure threshold.
+    pub max_error_rate: f64,
+}
+
+impl RunReport {
+    /// `Ok` when the run counts as passed: no failed replay task, at least one turn, and no
+    /// more failed turns than `max_error_rate` allows; else one line saying why.
+    pub fn verdict(&self) -> Result<(), String> {
+        if !self.task_failures.is_empty() {
+            return Err(format!(
+                "{} replay task(s) failed (a bug; their sessions were cut, every record made \
+                 before is kept): {}",
+                self.task_failures.len(),
+                self.task_failures.join("; ")
+            ));
+        }
+        if self.turns_total == 0 {
+            return Err("no turn was played".into());
+        }
+        let rate = self.turns_failed as f64 / self.turns_total as f64;
+        if rate > self.max_error_rate {
+            return Err(format!(
+                "{} of {} turns failed ({:.1}%), above --max-error-rate {}",
+                self.turns_failed,
+                self.turns_total,
+                rate * 100.0,
+                self.max_error_rate
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Starts a new run of `spec`.
+pub async fn start(spec: RunSpec, options: RunOptions) -> Result<RunHandle, RunError> {
+    spec.validate()?;
+    launch(spec, options, None).await
+}
+
+/// Finishes the run in `dir` that crashed or was stopped, with the spec its `run.json` holds
+/// (see [`resume`](mod@resume) for the rules). `options.headers` must name every header the
+/// run sent; `options.run_dir` is ignored.
+pub async fn resume(dir: &Path, options: RunOptions) -> Result<RunHandle, RunError> {
+    let names: Vec<String> = options.headers.iter().map(|(k, _)| k.clone()).collect();
+    let r = resume::read(dir, &names)?;
+    let spec = r.spec.clone();
+    spec.validate()?;
+    launch(spec, options, Some(r)).await
+}
+
+fn default_run_dir() -> PathBuf {
+    let now = time::OffsetDateTime::now_utc();
+    let stamp = now
+        .format(&time::macros::format_description!(
+            "[year][month][day]T[hour][minute][second]Z"
+        ))
+        .unwrap_or_else(|_| "run".into());
+    PathBuf::from("runs").join(format!("{stamp}-{}", std::process::id()))
+}
+
+fn write_json(path: &Path, v: &impl Serialize) -> Result<(), RunError> {
+    let text = serde_json::to_string_pretty(v)
+        .map_err(|e| RunError::Failed(format!("cannot encode {}: {e}", path.display())))?;
+    std::fs::write(path, text + "\n")
+        .map_err(|e| RunError::Failed(format!("cannot write {}: {e}", path.display())))
+}
+
+async fn build_plan(spec: &RunSpec, options: &RunOptions) -> Result<Plan, RunError> {
+    let mut pcfg = spec.plan.clone();
+    pcfg.progress = options.plan_progress.clone();
+    tokio::task::spawn_blocking(move || bench_workload::plan::build_plan(pcfg))
+        .await
+        .map_err(|e| RunError::Failed(format!("planning failed: {e}")))?
+        .map_err(|e| RunError::Invalid(e.to_string()))
+}
+
+async fn launch(
+    mut spec: RunSpec,
+    options: RunOptions,
+    mut resume: Option<resume::Resume>,
+) -> Result<RunHandle, RunError> {
+    // One descriptor per session in flight (two with the embedded simulator, which holds the
+    // other end), plus the run directory's files and some slack.
+    let fds_per_session = if spec.is_embedded() { 2 } else { 1 };
+    let in_flight = spec.load.in_flight();
+    lifecycle::ensure_open_files(
+        in_flight.map(|c| u64::from(c) * fds_per_session + 256),
+        &format!(
+            "a run with {} sessions in flight",
+            in_flight.map_or_else(|| "unbounded".into(), |c| c.to_string())
+        ),
+    )?;
+    if resume.is_none() {
+        if let Target::Url { header_names, .. } = &mut spec.target {
+            *header_names = options.headers.iter().map(|(k, _)| k.clone()).collect();
+        }
+    }
+    let mut plan = build_plan(&spec, &options).await?;
+    if let Some(r) = &resume {
+        // The same plan, less the sessions already finished.
+        r.check_plan(plan.summary.sessions, plan.summary.turns)?;
+        plan.sessions.retain(|s| !r.kept_ids.contains(&*s.id));
+    }
+    let (embedded, base_url, ready_timeout) = match &spec.target {
+        Target::Url {
+            base_url,
+            ready_timeout,
+            ..
+        } => (None, base_url.clone(), *ready_timeout),
+        Target::Embedded(sim) => {
+            let server = SimServer::start(sim.to_config(spec.request.model.as_deref()))
+                .await
+                .map_err(|e| RunError::Invalid(e.to_string()))?;
+            let url = server.base_url();
+            (Some(server), url, Duration::from_secs(60))
+        }
+    };
+    let prepared = prepare(
+        &spec,
+        &options,
+        plan,
+        &base_url,
+        ready_timeout,
+        resume.as_mut(),
+    )
+    .await;
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(s) = embedded {
+                s.shutdown().await;
+            }
+            return Err(e);
+        }
+    };
+    Ok(prepared.spawn(spec, options, resume, embedded))
+}
+
+/// Everything set up, before the engine starts.
+struct Prepared {
+    dir: PathBuf,
+    plan: Arc<Plan>,
+    client: Client,
+    scrape_client: Client,
+    cfg: bench_runner::RunConfig,
+    events: Arc<Events>,
+    writer: Arc<RunDirWriter>,
+    turns_to_play: u64,
+}
+
+async fn prepare(
+    spec: &RunSpec,
+    options: &RunOptions,
+    plan: Plan,
+    base_url: &str,
+    ready_timeout: Duration,
+    resume: Option<&mut resume::Resume>,
+) -> Result<Prepared, RunError> {
+    let mut ccfg = ClientConfig::new(base_url);
+    ccfg.headers = options.headers.clone();
+    ccfg.timeout = spec.limits.turn_timeout;
+    // Scrapes use their own connection, never one of the workers'.
+    let scrape_client = Client::new(ccfg.clone()).map_err(|e| RunError::Invalid(e.to_string()))?;
+    let client = Client::new(ccfg).map_err(|e| RunError::Invalid(e.to_string()))?;
+    let found = server::wait_ready(&client, ready_timeout).await?;
+    let model = match (&spec.request.model, &found.model) {
+        (Some(m), _) | (None, Some(m)) => m.clone(),
+        (None, None) => {
+            return Err(RunError::Failed(
+                "GET /v1/models listed no model (pass --model)".into(),
+            ));
+        }
+    };
+    let max_model_len = spec.request.max_model_len.or(found.max_model_len);
+    let detected = server::detect(&client, &found).await;
+    let backend = match spec.backend {
+        BackendChoice::Named(b) => {
+            if b != detected.backend {
+                options.notice(Notice::Warning(format!(
+                    "--backend {} but the server looks like {} ({}); using {}",
+                    b.name(),
+                    detected.backend.name(),
+                    detected.evidence,
+                    b.name()
+                )));
+            }
+            b
+        }
+        BackendChoice::Auto => detected.backend,
+    };
+    let mut cfg = spec.run_config(model, max_model_len, backend);
+
+    let dir = match &resume {
+        Some(r) => r.dir.clone(),
+        None => options.run_dir.clone().unwrap_or_else(default_run_dir),
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| RunError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+    if spec.flush_cache {
+        let path = server::flush_cache(&client, backend).await?;
+        options.notice(Notice::Info(format!(
+            "bench run: prefix cache flushed (POST {path})"
+        )));
+    }
+    match &resume {
+        // A resumed run keeps its run.json; its records now say what is kept.
+        Some(_) => {}
+        None => write_json(
+            &dir.join(files::RUN_JSON),
+            &RunJson {
+                spec,
+                tool_version: env!("CARGO_PKG_VERSION"),
+                pid: std::process::id(),
+                base_url: &client.base_url(),
+                model: &cfg.model,
+                max_model_len,
+                backend,
+                backend_detected: &detected,
+                auth: bench_transport::Auth::from_env().describe(),
+                plan: &plan.summary,
+                run: &cfg,
+            },
+        )?,
+    }
+    let events =
+        Arc::new(Events::open(&dir).map_err(|e| RunError::Failed(format!("cannot write {e}")))?);
+    let pid = std::process::id();
+    let opened = Opened {
+        pid: Some(pid),
+        host: Some(lifecycle::host()),
+        process_start_utc: lifecycle::process_start_utc(pid),
+        sessions_planned: Some(plan.summary.sessions),
+        turns_planned: Some(plan.summary.turns),
+        concurrency: Some(cfg.concurrency),
+        rate: cfg.arrival.map(|a| a.rate),
+        warmup_sessions: Some(cfg.warmup_sessions),
+        duration_s: cfg.duration.map(|d| d.as_secs_f64()),
+        max_duration_s: cfg.max_duration.map(|d| d.as_secs_f64()),
+    };
+    match resume {
+        Some(r) => {
+            r.apply()?;
+            if !r.replay_warmup {
+                cfg.warmup_sessions = 0;
+            }
+            cfg.time_origin = r.time_origin;
+            for line in &r.repairs {
+                options.notice(Notice::Warning(line.clone()));
+            }
+            options.notice(Notice::Info(format!(
+                "bench run: resuming {}: {} sessions kept, {} played again from their first \
+                 turn ({} turn records superseded){}",
+                dir.display(),
+                r.kept_ids.len(),
+                r.restarted,
+                r.superseded_turns,
+                if r.replay_warmup {
+                    "; the warmup is played again"
+                } else {
+                    ""
+                }
+            )));
+            events.emit(LifecycleEvent::Resumed(r.event(opened)));
+        }
+        None => events.emit(LifecycleEvent::Started(opened)),
+    }
+    // What this process plays (a resumed run: the sessions not kept).
+    let turns_to_play: u64 = plan.sessions.iter().map(|s| s.turns.len() as u64).sum();
+    let writer = Arc::new(
+        RunDirWriter::create(&dir).map_err(|e| RunError::Failed(format!("cannot write {e}")))?,
+    );
+    let load = match (cfg.arrival, cfg.concurrency) {
+        (Some(a), 0) => format!("{} sessions/s ({:?})", a.rate, a.process),
+        (Some(a), c) => format!(
+            "{} sessions/s ({:?}, at most {c} at once)",
+            a.rate, a.process
+        ),
+        (None, c) => format!("C={c}"),
+    };
+    options.notice(Notice::Info(format!(
+        "bench run: {} sessions ({} turns) at {load} against {} [{}]{} → {}",
+        plan.sessions.len(),
+        turns_to_play,
+        client.base_url(),
+        backend.name(),
+        if spec.is_embedded() {
+            " (embedded simulator)"
+        } else {
+            ""
+        },
+        dir.display()
+    )));
+    Ok(Prepared {
+        dir,
+        plan: Arc::new(plan),
+        client,
+        scrape_client,
+        cfg,
+        events,
+        writer,
+        turns_to_play,
+    })
+}
+
+impl Prepared {
+    fn spawn(
+        self,
+        spec: RunSpec,
+        options: RunOptions,
+        resume: Option<resume::Resume>,
+        embedded: Option<SimServer>,
+    ) -> RunHandle {
+        let cfg = self.cfg;
+        let progress = Arc::new(ProgressCounters::new(
+            cfg.duration.is_none().then_some(self.turns_to_play),
+            cfg.concurrency,
+            [cfg.duration, cfg.max_duration].into_iter().flatten().min(),
+        ));
+        let canceller = Canceller {
+            token: CancelToken::new(),
+            by_signal: Arc::new(AtomicBool::new(false)),
+        };
+        let handle_events = self.events.clone();
+        let dir = self.dir.clone();
+        let (events, writer, plan, client, scrape_client) = (
+            self.events,
+            self.writer,
+            self.plan,
+            self.client,
+            self.scrape_client,
+        );
+        let prog = progress.clone();
+        let c = canceller.clone();
+        let task = tokio::spawn(async move {
+            let base_url = client.base_url().to_owned();
+            let start_utc = bench_report::export::utc_now();
+            let beat = Arc::new(lifecycle::Beat::default());
+            let ev = events.clone();
+            let heartbeat = lifecycle::spawn_heartbeat(beat.clone(), HEARTBEAT_EVERY, move |h| {
+                ev.emit(LifecycleEvent::Heartbeat(h))
+            });
+            let phase = Arc::new(scrape::PhaseTracker::default());
+            let scraper = match spec.scrape {
+                Scraping::Off => None,
+                Scraping::Every(interval) => {
+                    let ev = events.clone();
+                    let opts = options.clone();
+                    Some(
+                        scrape::Scraper::start(
+                            scrape_client,
+                            interval,
+                            cfg.time_origin,
+                            &dir,
+                            phase.clone(),
+                            move |reason| {
+                                opts.notice(Notice::Warning(format!(
+                                    "/metrics scraping disabled: {reason}"
+                                )));
+                                ev.emit(LifecycleEvent::ScrapeDisabled {
+                                    reason: reason.to_owned(),
+                                });
+                            },
+                        )
+                        .await,
+                    )
+                }
+            };
+            let mut observers: Vec<Arc<dyn Observer>> =
+                vec![writer.clone(), prog, events.clone(), phase, beat];
+            observers.extend(options.observers.iter().cloned());
+            let mut outcome =
+                bench_runner::run(plan, client, cfg.clone(), observers, c.token.clone()).await;
+            let scrapes = match scraper {
+                Some(s) => s.finish().await,
+                None => Vec::new(),
+            };
+            heartbeat.abort();
+            if let Some(s) = embedded {
+                s.shutdown().await;
+            }
+            // The run's records: those an earlier segment kept, then this process's.
+            let (mut turns, mut sessions) = match &resume {
+                Some(r) => r.kept_records(),
+                None => (Vec::new(), Vec::new()),
+            };
+            turns.append(&mut outcome.turns);
+            turns.sort_by(|a, b| a.end_s.total_cmp(&b.end_s));
+            sessions.append(&mut outcome.sessions);
+            let elapsed_s = resume
+                .as_ref()
+                .map_or(Duration::ZERO, |r| r.prior_measured)
+                .saturating_add(outcome.elapsed)
+                .as_secs_f64();
+            let (by, reason) = stop::classify(&outcome, &cfg, &sessions, c.by());
+            events.emit(LifecycleEvent::Stopped {
+                by,
+                reason: reason.clone(),
+            });
+            let info = bench_report::RunInfo {
+                concurrency: cfg.concurrency,
+                steady_frac: spec.judge.steady_frac,
+                duration_s: elapsed_s,
+                slo: spec.judge.slo.as_deref().and_then(|s| s.parse().ok()),
+                config: std::fs::read(dir.join(files::RUN_JSON))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .unwrap_or_default(),
+                open_loop: cfg.arrival.is_some(),
+            };
+            let mut result = bench_report::compute(&turns, &sessions, &info);
+            if scrapes.iter().any(|s| s.phase.is_measured()) {
+                result.server =
+                    serde_json::to_value(bench_telemetry::summarize(&scrapes)).unwrap_or_default();
+            }
+            write_json(&dir.join(files::RESULT), &result)?;
+            let fail = |e: bench_report::export::ExportError| RunError::Failed(e.to_string());
+            if let Some(path) = &spec.exports.result_line {
+                let ctx = LineContext {
+                    utc: start_utc,
+                    run_dir: dir.clone(),
+                    base_url,
+                    model: cfg.model.clone(),
+                    concurrency: cfg.concurrency,
+                    rate: cfg.arrival.map(|a| a.rate),
+                    duration_s: cfg.duration.map(|d| d.as_secs_f64()),
+                    elapsed_s,
+                    stopped_by: by.as_str().to_owned(),
+                    tag: spec.exports.tag.clone(),
+                };
+                bench_report::export::append_result_line(
+                    path,
+                    &bench_report::export::result_line(&result, &ctx),
+                )
+                .map_err(fail)?;
+            }
+            if let Some(path) = &spec.exports.turns_csv {
+                bench_report::export::write_turns_csv(path, &turns).map_err(fail)?;
+            }
+            let turns_failed = turns.iter().filter(|t| t.status != TurnStatus::Ok).count();
+            Ok(RunReport {
+                dir,
+                result,
+                stopped_by: by,
+                reason,
+                turns_total: turns.len() as u64,
+                turns_failed: turns_failed as u64,
+                task_failures: outcome.task_failures,
+                warnings: writer.errors(),
+                max_error_rate: spec.judge.max_error_rate,
+            })
+        });
+        RunHandle {
+            dir: self.dir,
+            events: handle_events,
+            progress,
+            canceller,
+            task,
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! One measured turn (`bench probe`): TTFT, e2e, TPOT, chunks and usage of a single request.
+
+use std::time::Duration;
+
+use bench_runner::{OutputCapField, ResponseMode};
+use bench_transport::{
+    ChatMessage, ChatRequest, Client, ClientConfig, ErrorKind, RequestOptions, Role, TurnOutcome,
+};
+use serde::Serialize;
+
+use crate::RunError;
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// The server.
+    pub base_url: String,
+    /// Whether it is the embedded simulator (reported).
+    pub embedded: bool,
+    /// Model name; by default the first `GET /v1/models` lists.
+    pub model: Option<String>,
+    /// The user message.
+    pub prompt: String,
+    /// Output tokens, pinned.
+    pub max_tokens: u32,
+    /// The field that carries them.
+    pub output_cap_field: OutputCapField,
+    /// Send `ignore_eos: true`.
+    pub ignore_eos: bool,
+    /// Streamed or whole.
+    pub response: ResponseMode,
+    /// Request timeout.
+    pub timeout: Duration,
+    /// Extra headers (name, value).
+    pub headers: Vec<(String, String)>,
+    /// JSON merged into the body last.
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+}
+
+fn transport_error(e: bench_transport::Error) -> RunError {
+    match e.kind() {
+        ErrorKind::InvalidRequest => RunError::Invalid(e.to_string()),
+        _ => RunError::Failed(e.to_string()),
+    }
+}
+
+/// The `bench probe --json` object. Keys are stable; times in ms, `null` when not measured.
+#[derive(Debug, Serialize)]
+pub struct ProbeReport {
+    /// Where the turn went.
+    pub base_url: String,
+    /// True when the embedded simulator served it.
+    pub embedded: bool,
+    /// Model name used.
+    pub model: String,
+    /// Whether the response was streamed.
+    pub stream: bool,
+    /// Time to first output chunk.
+    pub ttft_ms: Option<f64>,
+    /// Request sent → end of body.
+    pub e2e_ms: f64,
+    /// `(e2e − ttft) / (completion_tokens − 1)`.
+    pub tpot_ms: Option<f64>,
+    /// Output-bearing chunks received.
+    pub chunks: usize,
+    /// Largest gap between consecutive output chunks.
+    pub max_chunk_gap_ms: Option<f64>,
+    /// Server-reported prompt tokens.
+    pub prompt_tokens: Option<u64>,
+    /// Server-reported completion tokens.
+    pub completion_tokens: Option<u64>,
+    /// Server-reported prefix-cache hits.
+    pub cached_tokens: Option<u64>,
+    /// Finish reason of choice 0.
+    pub finish_reason: Option<String>,
+    /// Requests re-sent because a pooled connection had been closed.
+    pub redials: u32,
+    /// Characters of generated content.
+    pub output_chars: usize,
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+impl ProbeReport {
+    /// The report of one turn.
+    pub fn new(base_url: String, embedded: bool, model: String, o: &TurnOutcome) -> Self {
+        let u = o.usage.unwrap_or_default();
+        ProbeReport {
+            base_url,
+            embedded,
+            model,
+            stream: o.streamed,
+            ttft_ms: o.ttft.map(ms),
+            e2e_ms: ms(o.e2e),
+            tpot_ms: o.tpot().map(ms),
+            chunks: o.chunk_offsets.len(),
+            max_chunk_gap_ms: o.chunk_gaps().max().map(ms),
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            cached_tokens: u.cached_tokens,
+            finish_reason: o.finish_reason.clone(),
+            redials: o.redials,
+            output_chars: o.content.chars().count(),
+        }
+    }
+
+    /// The human-readable report.
+    pub fn text(&self) -> String {
+        let f = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.1} ms"));
+        let n = |v: Option<u64>| v.map_or("n/a".to_string(), |v| v.to_string());
+        format!(
+            "bench probe → {} (model {}{})\n  ttft     {}\n  e2e      {:.1} ms\n  tpot     {}\n  chunks   {} (max gap {})\n  tokens   prompt {} · completion {} · cached {}\n  finish   {}\n",
+            self.base_url,
+            self.model,
+            if self.embedded {
+                ", embedded simulator"
+            } else {
+                ""
+            },
+            f(self.ttft_ms),
+            self.e2e_ms,
+            f(self.tpot_ms),
+            self.chunks,
+            f(self.max_chunk_gap_ms),
+            n(self.prompt_tokens),
+            n(self.completion_tokens),
+            n(self.cached_tokens),
+            self.finish_reason.as_deref().unwrap_or("n/a"),
+        )
+    }
+}
+
+/// Sends `p`'s one turn and reports it.
+pub async fn probe(p: &Probe) -> Result<ProbeReport, RunError> {
+    let mut cfg = ClientConfig::new(&p.base_url);
+    cfg.timeout = p.timeout;
+    cfg.headers = p.headers.clone();
+    let client = Client::new(cfg).map_err(transport_error)?;
+    let model = match &p.model {
+        Some(m) => m.clone(),
+        None => first_model(&client).await?,
+    };
+    let mut req = ChatRequest::new(
+        model.clone(),
+        vec![ChatMessage::new(Role::User, p.prompt.clone())],
+    );
+    req.pin_output(
+        p.max_tokens,
+        p.output_cap_field == OutputCapField::MaxTokens,
+    );
+    if !p.ignore_eos {
+        req.ignore_eos = None;
+    }
+    if p.response == ResponseMode::Whole {
+        req.stream = false;
+        req.stream_options = None;
+    }
+    req.extra = p.extra_body.clone();
+    let outcome = client
+        .chat(&req, &RequestOptions::default())
+        .await
+        .map_err(transport_error)?;
+    Ok(ProbeReport::new(
+        client.base_url(),
+        p.embedded,
+        model,
+        &outcome,
+    ))
+}
+
+/// The first model id listed by `GET /v1/models`.
+async fn first_model(client: &Client) -> Result<String, RunError> {
+    let resp = client
+        .get("/v1/models", Some(Duration::from_secs(30)))
+        .await
+        .map_err(|e| RunError::Failed(format!("cannot list models (pass --model): {e}")))?;
+    if !resp.status.is_success() {
+        return Err(RunError::Failed(format!(
+            "GET /v1/models answered HTTP {} (pass --model)",
+            resp.status.as_u16()
+        )));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&resp.body).map_err(|e| {
+        RunError::Failed(format!(
+            "malformed_json: GET /v1/models: {e} (pass --model)"
+        ))
+    })?;
+    v["data"][0]["id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| RunError::Failed("GET /v1/models listed no model (pass --model)".into()))
+}

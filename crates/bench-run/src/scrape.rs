@@ -1,0 +1,264 @@
+//! Scraping the server's `/metrics` during a run: a baseline before the first turn, one
+//! scrape every interval, a final one after the last turn; each appended to `scrapes.jsonl`.
+//! A failing or non-Prometheus endpoint disables scraping with one warning (and a
+//! `scrape.disabled` event); the run goes on.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use bench_rundir::{Phase, ScrapePhase, files, jsonl};
+use bench_runner::{Observer, RunEvent};
+use bench_telemetry::Scrape;
+use bench_transport::Client;
+use tokio::sync::watch;
+
+/// Tracks the run's phase for the scrapes' `phase` field.
+#[derive(Debug, Default)]
+pub struct PhaseTracker(AtomicU8);
+
+impl PhaseTracker {
+    /// The phase now (`None` before the first).
+    pub fn get(&self) -> Option<Phase> {
+        match self.0.load(Ordering::Relaxed) {
+            1 => Some(Phase::Warmup),
+            2 => Some(Phase::Measuring),
+            3 => Some(Phase::Draining),
+            _ => None,
+        }
+    }
+}
+
+impl Observer for PhaseTracker {
+    fn on_event(&self, e: &RunEvent<'_>) {
+        if let RunEvent::Phase(p) = e {
+            let v = match p {
+                Phase::Warmup => 1,
+                Phase::Measuring => 2,
+                Phase::Draining => 3,
+            };
+            self.0.store(v, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A running scrape loop.
+#[derive(Debug)]
+pub struct Scraper {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Vec<Scrape>>,
+}
+
+impl Scraper {
+    /// Takes the baseline scrape now, then scrapes every `interval` in the background.
+    /// `on_disabled` is called once if scraping stops working. `t_s` counts from now plus
+    /// `origin` (a resumed run's clock continues its predecessor's).
+    pub async fn start(
+        client: Client,
+        interval: Duration,
+        origin: Duration,
+        dir: &Path,
+        phase: Arc<PhaseTracker>,
+        on_disabled: impl Fn(&str) + Send + 'static,
+    ) -> Scraper {
+        let (stop, mut stopped) = watch::channel(false);
+        let mut state = Loop {
+            client,
+            file: jsonl::open_append(&dir.join(files::SCRAPES)).ok(),
+            start: Instant::now(),
+            origin,
+            scrapes: Vec::new(),
+            disabled: false,
+            on_disabled: Box::new(on_disabled),
+        };
+        state.scrape(ScrapePhase::Baseline).await;
+        let task = tokio::spawn(async move {
+            let mut tick =
+                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !state.disabled {
+                tokio::select! {
+                    _ = tick.tick() => state.scrape(ScrapePhase::during(phase.get())).await,
+                    _ = stopped.changed() => break,
+                }
+            }
+            state.scrape(ScrapePhase::Final).await;
+            state.scrapes
+        });
+        Scraper { stop, task }
+    }
+
+    /// Takes the final scrape and returns them all.
+    pub async fn finish(self) -> Vec<Scrape> {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+struct Loop {
+    client: Client,
+    file: Option<std::fs::File>,
+    start: Instant,
+    origin: Duration,
+    scrapes: Vec<Scrape>,
+    disabled: bool,
+    on_disabled: Box<dyn Fn(&str) + Send>,
+}
+
+impl Loop {
+    async fn scrape(&mut self, phase: ScrapePhase) {
+        if self.disabled {
+            return;
+        }
+        let t_s = (self.origin + self.start.elapsed()).as_secs_f64();
+        let utc = bench_report::export::utc_now();
+        let snapshot = match self
+            .client
+            .get("/metrics", Some(Duration::from_secs(10)))
+            .await
+        {
+            Ok(r) if r.status.is_success() => {
+                bench_telemetry::parse(&String::from_utf8_lossy(&r.body)).map_err(|e| e.to_string())
+            }
+            Ok(r) => Err(format!("GET /metrics answered HTTP {}", r.status.as_u16())),
+            Err(e) => Err(format!("GET /metrics: {e}")),
+        };
+        match snapshot {
+            Ok(snapshot) => {
+                let s = Scrape {
+                    t_s,
+                    utc,
+                    phase,
+                    snapshot,
+                };
+                if let Some(f) = self.file.as_mut() {
+                    let _ = jsonl::append(f, &s);
+                }
+                self.scrapes.push(s);
+            }
+            Err(reason) => {
+                self.disabled = true;
+                (self.on_disabled)(&reason);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("bench-run-scrape-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn phases(dir: &Path) -> Vec<ScrapePhase> {
+        jsonl::read::<Scrape>(&dir.join(files::SCRAPES))
+            .unwrap()
+            .records
+            .into_iter()
+            .map(|s| s.phase)
+            .collect()
+    }
+
+    /// Waits (up to 30 s) until a scrape of phase `p` is in the file.
+    async fn until_scraped(dir: &Path, p: ScrapePhase) {
+        let t0 = Instant::now();
+        while !phases(dir).contains(&p) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no {p:?} scrape");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn each_scrape_carries_the_phase_it_was_taken_in() {
+        let cfg = bench_sim::SimConfig {
+            bind: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            mode: bench_sim::LatencyMode::Instant,
+            ..bench_sim::SimConfig::default()
+        };
+        let sim = bench_sim::SimServer::start(cfg).await.unwrap();
+        let client = Client::new(bench_transport::ClientConfig::new(sim.base_url())).unwrap();
+        let d = dir("phases");
+        let tracker = Arc::new(PhaseTracker::default());
+        let s = Scraper::start(
+            client,
+            Duration::from_millis(20),
+            Duration::from_secs(100),
+            &d,
+            tracker.clone(),
+            |r| panic!("disabled: {r}"),
+        )
+        .await;
+        assert_eq!(
+            phases(&d),
+            [ScrapePhase::Baseline],
+            "the baseline comes first"
+        );
+        for (p, want) in [
+            (Phase::Warmup, ScrapePhase::Warmup),
+            (Phase::Measuring, ScrapePhase::Measuring),
+            (Phase::Draining, ScrapePhase::Draining),
+        ] {
+            tracker.on_event(&RunEvent::Phase(p));
+            until_scraped(&d, want).await;
+        }
+        let all = s.finish().await;
+        sim.shutdown().await;
+        let seen: Vec<ScrapePhase> = all.iter().map(|s| s.phase).collect();
+        assert_eq!(seen, phases(&d), "what is returned is what was written");
+        assert_eq!(seen.last(), Some(&ScrapePhase::Final));
+        let mut order = seen.clone();
+        order.dedup();
+        assert_eq!(
+            order,
+            [
+                ScrapePhase::Baseline,
+                ScrapePhase::Warmup,
+                ScrapePhase::Measuring,
+                ScrapePhase::Draining,
+                ScrapePhase::Final
+            ]
+        );
+        assert!(all[0].t_s >= 100.0, "t_s continues the origin");
+        assert!(all.windows(2).all(|w| w[0].t_s <= w[1].t_s));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn a_dead_endpoint_disables_scraping_once_and_takes_no_final() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        drop(l);
+        let client = Client::new(bench_transport::ClientConfig::new(url)).unwrap();
+        let d = dir("dead");
+        let reasons = Arc::new(Mutex::new(Vec::new()));
+        let r = reasons.clone();
+        let s = Scraper::start(
+            client,
+            Duration::from_millis(10),
+            Duration::ZERO,
+            &d,
+            Arc::new(PhaseTracker::default()),
+            move |why| r.lock().unwrap().push(why.to_owned()),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(s.finish().await.is_empty());
+        let reasons = reasons.lock().unwrap();
+        assert_eq!(reasons.len(), 1, "{reasons:?}");
+        assert!(
+            reasons[0].starts_with("GET /metrics: connect"),
+            "{reasons:?}"
+        );
+        assert!(phases(&d).is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

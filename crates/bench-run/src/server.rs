@@ -1,0 +1,163 @@
+//! The server side of a run: readiness, the model and its window, the server family and its
+//! cache-flush endpoint.
+
+use std::time::{Duration, Instant};
+
+use bench_telemetry::Backend;
+use bench_transport::Client;
+use bytes::Bytes;
+use http::Method;
+use serde::Serialize;
+
+use crate::RunError;
+
+/// What `GET /v1/models` said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Discovered {
+    /// The first model listed.
+    pub model: Option<String>,
+    /// Its window: `max_model_len` (vLLM, SGLang, the simulator) or llama.cpp's per-slot
+    /// `meta.n_ctx`.
+    pub max_model_len: Option<u64>,
+    /// Its `owned_by`.
+    pub owned_by: Option<String>,
+}
+
+impl Discovered {
+    /// Reads a `/v1/models` answer.
+    pub fn from_models(models: &serde_json::Value) -> Discovered {
+        let first = &models["data"][0];
+        Discovered {
+            model: first["id"].as_str().map(str::to_owned),
+            max_model_len: first["max_model_len"]
+                .as_u64()
+                .or_else(|| first["meta"]["n_ctx"].as_u64()),
+            owned_by: first["owned_by"].as_str().map(str::to_owned),
+        }
+    }
+}
+
+/// Waits up to `timeout` for `GET /v1/models` to answer 200 (polling every 500 ms; a zero
+/// timeout tries once) and reads it.
+pub async fn wait_ready(client: &Client, timeout: Duration) -> Result<Discovered, RunError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last_err = match client
+            .get("/v1/models", Some(Duration::from_secs(10)))
+            .await
+        {
+            Ok(r) if r.status.is_success() => {
+                let v: serde_json::Value = serde_json::from_slice(&r.body).map_err(|e| {
+                    RunError::Failed(format!("malformed_json: GET /v1/models: {e}"))
+                })?;
+                return Ok(Discovered::from_models(&v));
+            }
+            Ok(r) => format!("GET /v1/models answered HTTP {}", r.status.as_u16()),
+            Err(e) if e.kind() == bench_transport::ErrorKind::InvalidRequest => {
+                return Err(RunError::Invalid(e.to_string()));
+            }
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(RunError::Failed(format!(
+                "server not ready after {} s: {last_err}",
+                timeout.as_secs_f64()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// What detection found, and from what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Detected {
+    /// The family.
+    pub backend: Backend,
+    /// The evidence, e.g. `owned_by "vllm" in /v1/models`.
+    pub evidence: String,
+}
+
+/// Reads the family from `owned_by`, else from the names on `/metrics`.
+pub async fn detect(client: &Client, found: &Discovered) -> Detected {
+    let owned_by = found.owned_by.as_deref().unwrap_or("");
+    if let Some(b) = Backend::from_owned_by(owned_by) {
+        return Detected {
+            backend: b,
+            evidence: format!("owned_by {owned_by:?} in /v1/models"),
+        };
+    }
+    if let Ok(r) = client.get("/metrics", Some(Duration::from_secs(5))).await {
+        if r.status.is_success() {
+            if let Some((b, prefix)) = Backend::from_metric_names(&String::from_utf8_lossy(&r.body))
+            {
+                return Detected {
+                    backend: b,
+                    evidence: format!("{prefix} names on /metrics"),
+                };
+            }
+        }
+    }
+    Detected {
+        backend: Backend::Unknown,
+        evidence: "no vLLM, SGLang or llama.cpp marks in /v1/models or /metrics".into(),
+    }
+}
+
+/// Empties the server's prefix cache; returns the endpoint. An error names the endpoint and
+/// what to do.
+pub async fn flush_cache(client: &Client, backend: Backend) -> Result<&'static str, RunError> {
+    let Some(path) = backend.flush_path() else {
+        return Err(RunError::Failed(format!(
+            "--flush-cache: no cache-flush endpoint is known for backend {} (drop --flush-cache, \
+             or pass --backend vllm|sglang if the server is one)",
+            backend.name()
+        )));
+    };
+    let hint = match backend {
+        Backend::Vllm => " (vLLM serves it only with VLLM_SERVER_DEV_MODE=1)",
+        _ => "",
+    };
+    match client
+        .request(
+            Method::POST,
+            path,
+            Bytes::new(),
+            Some(Duration::from_secs(60)),
+        )
+        .await
+    {
+        Ok(r) if r.status.is_success() => Ok(path),
+        Ok(r) => Err(RunError::Failed(format!(
+            "--flush-cache: POST {path} answered HTTP {}{hint}",
+            r.status.as_u16()
+        ))),
+        Err(e) => Err(RunError::Failed(format!(
+            "--flush-cache: POST {path}: {e}{hint}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_comes_from_max_model_len_or_llama_cpp_n_ctx() {
+        let vllm =
+            serde_json::json!({"data": [{"id": "m", "owned_by": "vllm", "max_model_len": 4096}]});
+        let d = Discovered::from_models(&vllm);
+        assert_eq!(d.model.as_deref(), Some("m"));
+        assert_eq!(d.max_model_len, Some(4096));
+        assert_eq!(d.owned_by.as_deref(), Some("vllm"));
+        let llama = serde_json::json!({"data": [{"id": "g", "owned_by": "llamacpp", "meta": {"n_ctx": 2048}}]});
+        assert_eq!(Discovered::from_models(&llama).max_model_len, Some(2048));
+        assert_eq!(
+            Discovered::from_models(&serde_json::json!({"data": []})),
+            Discovered {
+                model: None,
+                max_model_len: None,
+                owned_by: None
+            }
+        );
+    }
+}

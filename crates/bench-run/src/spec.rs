@@ -1,0 +1,584 @@
+//! [`RunSpec`]: everything that decides a run, validated, and the schema of `run.json`'s
+//! `spec` (a resume replays it). Header *values* are never part of it (only their names);
+//! they are passed in [`crate::RunOptions`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bench_runner::{Arrival, ContentMode, OutputCapField, ResponseMode, RunConfig, ToolWaits};
+use bench_sim::{LatencyMode, SimConfig};
+use bench_telemetry::Backend;
+use bench_workload::plan::PlanConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::RunError;
+
+/// A whole run. `RunSpec::default()` replays the bundled sample at C = 8 against the embedded
+/// simulator; every field has a default, so `{}` is a valid spec.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunSpec {
+    /// Where requests go.
+    pub target: Target,
+    /// The workload: dataset, selection, output pinning, shared system prompt.
+    pub plan: PlanConfig,
+    /// How sessions are started.
+    pub load: Load,
+    /// What each request looks like.
+    pub request: RequestShape,
+    /// Clock limits.
+    pub limits: Limits,
+    /// Unmeasured sessions first (cut to 3 turns, marked `warmup`).
+    pub warmup_sessions: u32,
+    /// `/metrics` scraping.
+    pub scrape: Scraping,
+    /// The server family: detected, or named.
+    pub backend: BackendChoice,
+    /// Empty the server's prefix cache before the run (fails when it cannot).
+    pub flush_cache: bool,
+    /// How the result is judged.
+    pub judge: Judge,
+    /// Extra files written when the run ends.
+    pub exports: Exports,
+}
+
+/// Where requests go.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// A server at `base_url` (`http://`).
+    Url {
+        /// E.g. `http://127.0.0.1:8000`.
+        base_url: String,
+        /// Names of the extra headers sent (their values come in [`crate::RunOptions`]).
+        #[serde(default)]
+        header_names: Vec<String>,
+        /// How long to wait for `GET /v1/models` to answer 200 before giving up.
+        #[serde(default = "default_ready_timeout", with = "humantime_serde")]
+        ready_timeout: Duration,
+    },
+    /// The embedded simulator, started in-process on a free loopback port.
+    Embedded(EmbeddedSim),
+}
+
+fn default_ready_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Target::Embedded(EmbeddedSim::default())
+    }
+}
+
+/// The embedded simulator's model (see `bench sim --help`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddedSim {
+    /// How latency is simulated.
+    pub latency: SimLatency,
+    /// Context window of the simulated model.
+    pub max_model_len: u32,
+    /// KV-cache capacity in tokens.
+    pub kv_capacity_tokens: u64,
+    /// Sequence slots.
+    pub max_num_seqs: usize,
+    /// Multiplies every simulated delay.
+    pub time_scale: f64,
+}
+
+impl Default for EmbeddedSim {
+    fn default() -> Self {
+        let d = SimConfig::default();
+        EmbeddedSim {
+            latency: SimLatency::Model,
+            max_model_len: 131_072,
+            kv_capacity_tokens: d.kv_capacity_tokens,
+            max_num_seqs: d.max_num_seqs,
+            time_scale: 1.0,
+        }
+    }
+}
+
+/// How the embedded simulator times its answers.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum SimLatency {
+    /// A continuous-batching step loop with a prefix cache.
+    #[default]
+    Model,
+    /// Every request gets exactly this TTFT and gap between tokens.
+    Fixed {
+        /// Time to first token.
+        #[serde(with = "humantime_serde")]
+        ttft: Duration,
+        /// Gap between tokens.
+        #[serde(with = "humantime_serde")]
+        itl: Duration,
+    },
+    /// No delay at all.
+    Instant,
+}
+
+impl EmbeddedSim {
+    /// The spec of a simulator configured as `c` (its model's timing and capacity).
+    pub fn from_config(c: &SimConfig) -> EmbeddedSim {
+        EmbeddedSim {
+            latency: match c.mode {
+                LatencyMode::Model => SimLatency::Model,
+                LatencyMode::Fixed { ttft, itl } => SimLatency::Fixed { ttft, itl },
+                LatencyMode::Instant => SimLatency::Instant,
+            },
+            max_model_len: c.max_model_len,
+            kv_capacity_tokens: c.kv_capacity_tokens,
+            max_num_seqs: c.max_num_seqs,
+            time_scale: c.time_scale,
+        }
+    }
+
+    /// The simulator's configuration (on a free loopback port).
+    pub fn to_config(&self, model: Option<&str>) -> SimConfig {
+        SimConfig {
+            bind: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            model: model.map_or_else(|| SimConfig::default().model, str::to_owned),
+            mode: match self.latency {
+                SimLatency::Model => LatencyMode::Model,
+                SimLatency::Fixed { ttft, itl } => LatencyMode::Fixed { ttft, itl },
+                SimLatency::Instant => LatencyMode::Instant,
+            },
+            max_model_len: self.max_model_len,
+            kv_capacity_tokens: self.kv_capacity_tokens,
+            max_num_seqs: self.max_num_seqs,
+            time_scale: self.time_scale,
+            ..SimConfig::default()
+        }
+    }
+}
+
+/// How sessions are started.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Load {
+    /// Exactly `concurrency` sessions play at once; a finished session's slot is refilled.
+    Closed {
+        /// Sessions at once.
+        concurrency: u32,
+        /// Start the sessions evenly over this time instead of all at once.
+        #[serde(default, with = "humantime_serde")]
+        ramp_up: Option<Duration>,
+    },
+    /// Sessions start on a schedule whatever the server's speed.
+    Open {
+        /// The schedule.
+        arrival: Arrival,
+        /// The most sessions in flight (`None`: no limit).
+        #[serde(default)]
+        max_in_flight: Option<u32>,
+    },
+}
+
+/// `--concurrency` when not given.
+pub const DEFAULT_CONCURRENCY: u32 = 8;
+
+impl Default for Load {
+    fn default() -> Self {
+        Load::Closed {
+            concurrency: DEFAULT_CONCURRENCY,
+            ramp_up: None,
+        }
+    }
+}
+
+impl Load {
+    /// The most sessions in flight (`None`: unbounded).
+    pub fn in_flight(&self) -> Option<u32> {
+        match *self {
+            Load::Closed { concurrency, .. } => Some(concurrency),
+            Load::Open { max_in_flight, .. } => max_in_flight,
+        }
+    }
+
+    /// The engine's `concurrency` (open loop: the cap, 0 for none).
+    pub fn engine_concurrency(&self) -> u32 {
+        self.in_flight().unwrap_or(0)
+    }
+}
+
+/// What each request looks like.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RequestShape {
+    /// Model name; by default the first model `GET /v1/models` lists.
+    pub model: Option<String>,
+    /// The model's window for the context guard; by default `max_model_len` from
+    /// `/v1/models` (llama.cpp: `meta.n_ctx`).
+    pub max_model_len: Option<u64>,
+    /// The field that carries the pinned output length.
+    pub output_cap_field: OutputCapField,
+    /// Send `ignore_eos: true` (output reaches the pinned length).
+    pub ignore_eos: bool,
+    /// Streamed or whole responses.
+    pub response: ResponseMode,
+    /// What joins the conversation after each turn.
+    pub content_mode: ContentMode,
+    /// Mark replays of recycled sessions so they cannot hit the cache their previous play
+    /// warmed.
+    pub cache_bust: bool,
+    /// Tool waits between turns.
+    pub tool_waits: ToolWaits,
+    /// JSON merged into every body last (a `null` removes a field).
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Send each session's id in this header (a routing key).
+    pub routing_header: Option<String>,
+    /// Response header naming the worker that served a turn.
+    pub worker_header: Option<String>,
+}
+
+impl Default for RequestShape {
+    fn default() -> Self {
+        RequestShape {
+            model: None,
+            max_model_len: None,
+            output_cap_field: OutputCapField::MaxCompletionTokens,
+            ignore_eos: true,
+            response: ResponseMode::Stream,
+            content_mode: ContentMode::Trace,
+            cache_bust: true,
+            tool_waits: ToolWaits::default(),
+            extra_body: serde_json::Map::new(),
+            routing_header: None,
+            worker_header: None,
+        }
+    }
+}
+
+/// Sampling fields as agentic-bench sends them (its `--temperature`, `--top-p`, `--top-k`,
+/// `--presence-penalty` and `--chat-template-kwargs`): each only when set, `top_p` only below
+/// 1.0, `chat_template_kwargs` only when not empty. [`Sampling::merge_into`] puts them into
+/// [`RequestShape::extra_body`], where a run spec records them.
+///
+/// ```
+/// use bench_run::spec::Sampling;
+///
+/// let mut body = serde_json::Map::new();
+/// body.insert("temperature".into(), 0.7.into()); // already there: it wins
+/// let s = Sampling { temperature: Some(0.0), top_p: Some(1.0), top_k: Some(-1), ..Sampling::default() };
+/// s.merge_into(&mut body).unwrap();
+/// assert_eq!(serde_json::Value::Object(body), serde_json::json!({"temperature": 0.7, "top_k": -1}));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sampling {
+    /// `temperature`.
+    pub temperature: Option<f64>,
+    /// `top_p` (sent only below 1.0).
+    pub top_p: Option<f64>,
+    /// `top_k`.
+    pub top_k: Option<i64>,
+    /// `presence_penalty`.
+    pub presence_penalty: Option<f64>,
+    /// `chat_template_kwargs` (sent only when not empty).
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl Sampling {
+    /// Adds these fields to `body` where it has no such key (a key already there wins, so
+    /// `--extra-request-body` overrides them). A number that is not finite is refused.
+    pub fn merge_into(
+        &self,
+        body: &mut serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), RunError> {
+        let mut put = |k: &str, v: serde_json::Value| {
+            body.entry(k).or_insert(v);
+        };
+        for (k, v) in [
+            ("temperature", self.temperature),
+            ("top_p", self.top_p.filter(|&p| p < 1.0 || p.is_nan())),
+            ("presence_penalty", self.presence_penalty),
+        ] {
+            match v {
+                Some(v) if !v.is_finite() => {
+                    return Err(invalid(format!("{k} must be a finite number, not {v}")));
+                }
+                Some(v) => put(k, v.into()),
+                None => {}
+            }
+        }
+        if let Some(k) = self.top_k {
+            put("top_k", k.into());
+        }
+        if let Some(m) = self.chat_template_kwargs.as_ref().filter(|m| !m.is_empty()) {
+            put("chat_template_kwargs", serde_json::Value::Object(m.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// Clock limits.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Run this long, looping the pool; no new session or turn after it.
+    #[serde(with = "humantime_serde")]
+    pub duration: Option<Duration>,
+    /// Hard fuse on the whole run: requests in flight are cut.
+    #[serde(with = "humantime_serde")]
+    pub max_duration: Option<Duration>,
+    /// Per-request timeout.
+    #[serde(with = "humantime_serde")]
+    pub turn_timeout: Duration,
+    /// Stop a session at its next turn boundary once it has run this long.
+    #[serde(with = "humantime_serde")]
+    pub session_timeout: Option<Duration>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            duration: None,
+            max_duration: None,
+            turn_timeout: Duration::from_secs(600),
+            session_timeout: None,
+        }
+    }
+}
+
+/// `/metrics` scraping.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scraping {
+    /// None.
+    Off,
+    /// A baseline before the first turn, one every interval, a final one after the last.
+    Every(#[serde(with = "humantime_serde")] Duration),
+}
+
+impl Default for Scraping {
+    fn default() -> Self {
+        Scraping::Every(Duration::from_secs(5))
+    }
+}
+
+/// The server family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendChoice {
+    /// From `owned_by` in `/v1/models`, else the metric names on `/metrics`.
+    #[default]
+    Auto,
+    /// This one (a mismatch with what is detected is warned about).
+    Named(Backend),
+}
+
+/// How the result is judged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Judge {
+    /// A turn counts in the steady window when at least ceil(F × C) sessions were active.
+    pub steady_frac: f64,
+    /// More failed turns than this fraction fail the run.
+    pub max_error_rate: f64,
+    /// Service-level objectives for goodput, e.g. `ttft_ms=500,tpot_ms=50`.
+    pub slo: Option<String>,
+}
+
+impl Default for Judge {
+    fn default() -> Self {
+        Judge {
+            steady_frac: bench_report::DEFAULT_STEADY_FRAC,
+            max_error_rate: 0.0,
+            slo: None,
+        }
+    }
+}
+
+/// Extra files written when the run ends.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Exports {
+    /// Append one JSON line summarizing the run to this file.
+    pub result_line: Option<PathBuf>,
+    /// Write every turn record as a CSV row to this file.
+    pub turns_csv: Option<PathBuf>,
+    /// A label carried into the result line.
+    pub tag: Option<String>,
+}
+
+fn invalid(m: impl Into<String>) -> RunError {
+    RunError::Invalid(m.into())
+}
+
+impl RunSpec {
+    /// Checks every value; the first problem is one line naming the field.
+    pub fn validate(&self) -> Result<(), RunError> {
+        let j = &self.judge;
+        if !(0.0..=1.0).contains(&j.steady_frac) {
+            return Err(invalid("steady_frac must be within 0..1"));
+        }
+        if !(0.0..=1.0).contains(&j.max_error_rate) {
+            return Err(invalid("max_error_rate must be within 0..1"));
+        }
+        if let Some(s) = &j.slo {
+            s.parse::<bench_report::Slo>()
+                .map_err(|e| invalid(format!("slo: {e}")))?;
+        }
+        match self.load {
+            Load::Closed { concurrency: 0, .. } => {
+                return Err(invalid("concurrency must be at least 1"));
+            }
+            Load::Open {
+                arrival,
+                max_in_flight,
+            } => {
+                if !arrival.rate.is_finite() || arrival.rate <= 0.0 {
+                    return Err(invalid(format!(
+                        "rate must be a positive number of sessions per second, not {}",
+                        arrival.rate
+                    )));
+                }
+                if max_in_flight == Some(0) {
+                    return Err(invalid("max_in_flight must be at least 1 (or unset)"));
+                }
+            }
+            Load::Closed { .. } => {}
+        }
+        if let ToolWaits::Honour { scale, .. } = self.request.tool_waits {
+            if !scale.is_finite() || scale < 0.0 {
+                return Err(invalid("tool wait scale must be a non-negative number"));
+            }
+        }
+        for (h, what) in [
+            (&self.request.routing_header, "routing header"),
+            (&self.request.worker_header, "worker header"),
+        ] {
+            if let Some(h) = h {
+                http::HeaderName::from_bytes(h.trim().as_bytes())
+                    .map_err(|_| invalid(format!("{what}: {h:?} is not a valid header name")))?;
+            }
+        }
+        if self.limits.turn_timeout.is_zero() {
+            return Err(invalid("turn_timeout must be positive"));
+        }
+        if let Target::Embedded(sim) = &self.target {
+            sim.to_config(None)
+                .validate()
+                .map_err(|(field, what)| invalid(format!("simulator {field} {what}")))?;
+        }
+        self.plan.validate().map_err(|e| invalid(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Whether requests go to the embedded simulator.
+    pub fn is_embedded(&self) -> bool {
+        matches!(self.target, Target::Embedded(_))
+    }
+
+    /// The engine's settings for `model` (discovered) with the window `max_model_len`.
+    pub fn run_config(
+        &self,
+        model: String,
+        max_model_len: Option<u64>,
+        backend: Backend,
+    ) -> RunConfig {
+        let r = &self.request;
+        let mut cfg = RunConfig::new(model, self.load.engine_concurrency());
+        match self.load {
+            Load::Closed { ramp_up, .. } => cfg.ramp_up = ramp_up,
+            Load::Open { arrival, .. } => cfg.arrival = Some(arrival),
+        }
+        cfg.warmup_sessions = self.warmup_sessions;
+        cfg.return_cached_tokens_details = backend == Backend::Sglang;
+        cfg.duration = self.limits.duration;
+        cfg.max_duration = self.limits.max_duration;
+        cfg.turn_timeout = self.limits.turn_timeout;
+        cfg.session_timeout = self.limits.session_timeout;
+        cfg.max_model_len = max_model_len;
+        cfg.tool_waits = r.tool_waits;
+        cfg.cache_bust = r.cache_bust;
+        cfg.output_cap_field = r.output_cap_field;
+        cfg.ignore_eos = r.ignore_eos;
+        cfg.content_mode = r.content_mode;
+        cfg.response = r.response;
+        cfg.extra_body = r.extra_body.clone();
+        let name = |h: &Option<String>| {
+            h.as_deref()
+                .and_then(|h| http::HeaderName::from_bytes(h.trim().as_bytes()).ok())
+        };
+        cfg.routing_header = name(&r.routing_header);
+        cfg.worker_header = name(&r.worker_header);
+        cfg
+    }
+}
+
+/// A `NAME=VALUE` header; the error says what is expected.
+pub fn parse_header(h: &str) -> Result<(String, String), String> {
+    match h.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("{h:?}: expected NAME=VALUE")),
+    }
+}
+
+/// A JSON object (for `extra_body`); the error says why not.
+pub fn parse_json_object(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(m)) => Ok(m),
+        Ok(_) => Err("must be a JSON object".into()),
+        Err(e) => Err(format!("is not valid JSON: {e}")),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_object_is_the_default_run() {
+        let s: RunSpec = serde_json::from_str("{}").unwrap();
+        assert_eq!(s, RunSpec::default());
+        s.validate().unwrap();
+        assert!(s.is_embedded());
+        assert_eq!(s.load.in_flight(), Some(8));
+    }
+
+    #[test]
+    fn a_spec_round_trips_and_durations_read_as_text() {
+        let s: RunSpec = serde_json::from_str(
+            r#"{"target": {"url": {"base_url": "http://127.0.0.1:9", "header_names": ["x-key"]}},
+                "load": {"open": {"arrival": {"rate": 2.5, "process": "constant", "seed": 3}}},
+                "limits": {"duration": "90s", "turn_timeout": "2m"},
+                "plan": {"tokenizer": "chars", "dataset": {"random": {"turns": 3}}},
+                "request": {"tool_waits": {"mode": "skip"}, "output_cap_field": "max_tokens"}}"#,
+        )
+        .unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.limits.duration, Some(Duration::from_secs(90)));
+        assert_eq!(s.limits.turn_timeout, Duration::from_secs(120));
+        assert_eq!(s.load.in_flight(), None);
+        let back: RunSpec = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(
+            back.plan.tokenizer,
+            bench_workload::tokenize::TokenizerSpec::Chars
+        );
+    }
+
+    #[test]
+    fn bad_values_are_one_line_naming_the_field() {
+        let e = serde_json::from_str::<RunSpec>(r#"{"lod": {}}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `lod`"), "{e}");
+        let s = RunSpec {
+            load: Load::Closed {
+                concurrency: 0,
+                ramp_up: None,
+            },
+            ..RunSpec::default()
+        };
+        assert_eq!(
+            s.validate().unwrap_err().to_string(),
+            "concurrency must be at least 1"
+        );
+        let mut s = RunSpec::default();
+        s.judge.slo = Some("ttft=fast".into());
+        assert!(s.validate().unwrap_err().to_string().starts_with("slo: "));
+    }
+}

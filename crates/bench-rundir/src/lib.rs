@@ -1,0 +1,69 @@
+//! `bench-rundir`: the one schema of a run directory, written by `bench-run` and read back by
+//! `bench-telemetry::health`, `bench-run`'s resume and anyone else, through the same types.
+//!
+//! A run directory holds:
+//!
+//! | file | what | type |
+//! |---|---|---|
+//! | [`files::RUN_JSON`] | the run's specification and environment | [`RunJsonHead`] (the fields readers need) |
+//! | [`files::EVENTS`] | the lifecycle, one event per line | [`EventLine`] ([`LifecycleEvent`]) |
+//! | [`files::TURNS`] | one record per finished turn | [`TurnRecord`] |
+//! | [`files::SESSIONS`] | one record per finished session play | [`SessionRecord`] |
+//! | [`files::SCRAPES`] | one `/metrics` scrape per line | `bench_telemetry::Scrape` (its `phase` is a [`ScrapePhase`]) |
+//! | [`files::RESULT`] | the computed result | `bench_report::RunResult` |
+//!
+//! Every file but `run.json` and `result.json` is append-only JSONL; [`jsonl::read`] reads one
+//! back tolerating a torn last line (a crash mid-write). No decision is made anywhere by
+//! comparing a string read back from a run directory: values are parsed into these types.
+//!
+//! Plain synchronous code: no tokio, no hyper.
+
+pub mod error_kind;
+pub mod event;
+pub mod jsonl;
+pub mod record;
+
+pub use error_kind::ErrorKind;
+pub use event::{
+    EventLine, Heartbeat, LifecycleEvent, Opened, Phase, Resumed, ScrapePhase, StopBy, Tokens,
+};
+pub use record::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
+
+/// The names of a run directory's files.
+pub mod files {
+    /// The run's specification, environment and plan summary (pretty JSON, written once).
+    pub const RUN_JSON: &str = "run.json";
+    /// Lifecycle events (JSONL, appended).
+    pub const EVENTS: &str = "events.jsonl";
+    /// Turn records (JSONL, appended).
+    pub const TURNS: &str = "turns.jsonl";
+    /// Session records (JSONL, appended).
+    pub const SESSIONS: &str = "sessions.jsonl";
+    /// `/metrics` scrapes (JSONL, appended).
+    pub const SCRAPES: &str = "scrapes.jsonl";
+    /// The result (pretty JSON, written at the end).
+    pub const RESULT: &str = "result.json";
+}
+
+/// The fields of `run.json` that readers of a run directory need; the rest (the run
+/// specification) is `bench_run::RunSpec`'s business.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunJsonHead {
+    /// The process that wrote it.
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// The plan's size.
+    #[serde(default)]
+    pub plan: Option<PlanCounts>,
+}
+
+/// A plan's size, as `run.json` records it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PlanCounts {
+    /// Sessions planned.
+    #[serde(default)]
+    pub sessions: u64,
+    /// Turns planned.
+    #[serde(default)]
+    pub turns: u64,
+}
