@@ -23,7 +23,7 @@ const ALLOWED_WITH_RESUME: &[&str] = &[
 pub(crate) fn run_error(e: bench_run::RunError) -> CliError {
     match e {
         bench_run::RunError::Invalid(m) => CliError::Usage(m),
-        bench_run::RunError::Failed(m) => CliError::Failed(m),
+        other => CliError::Failed(other.to_string()),
     }
 }
 

@@ -29,7 +29,7 @@
 //!     rate: None,
 //!     duration_s: None,
 //!     elapsed_s: 61.2,
-//!     stopped_by: "completed".into(),
+//!     stopped_by: bench_rundir::StopBy::Completed,
 //!     tag: None,
 //! };
 //! append_result_line(Path::new("results.jsonl"), &result_line(&result, &ctx))?;
@@ -93,7 +93,7 @@ pub struct LineContext {
     /// Wall time the run took, s.
     pub elapsed_s: f64,
     /// Why the run stopped (`completed`, `duration`, `max_duration`, `signal`, ...).
-    pub stopped_by: String,
+    pub stopped_by: bench_rundir::StopBy,
     /// The run's label (`--tag`, agentic-bench's `config.tag`); `None` (JSON `null`) without one.
     pub tag: Option<String>,
 }
@@ -468,7 +468,7 @@ mod tests {
             rate: None,
             duration_s: Some(90.0),
             elapsed_s: 91.5,
-            stopped_by: "duration".into(),
+            stopped_by: bench_rundir::StopBy::Duration,
             tag: Some("baseline".into()),
         }
     }
@@ -537,7 +537,7 @@ mod tests {
         append_result_line(&path, &v).expect("first");
         let mut c2 = ctx();
         c2.concurrency = 8;
-        c2.stopped_by = "completed".into();
+        c2.stopped_by = bench_rundir::StopBy::Completed;
         append_result_line(&path, &result_line(&result(), &c2)).expect("second");
         let text = std::fs::read_to_string(&path).expect("read");
         assert!(text.ends_with('\n'));

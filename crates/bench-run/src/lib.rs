@@ -58,6 +58,7 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 
 /// Why a run could not start or finish.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     /// Bad input: the spec, the dataset, the run directory (`bench run` exits 2).
     #[error("{0}")]
@@ -661,7 +662,7 @@ impl Prepared {
                     rate: cfg.arrival.map(|a| a.rate),
                     duration_s: cfg.duration.map(|d| d.as_secs_f64()),
                     elapsed_s,
-                    stopped_by: by.as_str().to_owned(),
+                    stopped_by: by,
                     tag: spec.exports.tag.clone(),
                 };
                 bench_report::export::append_result_line(

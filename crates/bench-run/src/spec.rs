@@ -235,17 +235,20 @@ pub struct RequestShape {
 }
 
 impl Default for RequestShape {
+    /// The engine's defaults ([`RunConfig::new`]): output pinned with `max_completion_tokens`
+    /// and `ignore_eos`, streamed, trace content, cache busting, tool waits honoured.
     fn default() -> Self {
+        let c = RunConfig::new("", 0);
         RequestShape {
             model: None,
             max_model_len: None,
-            output_cap_field: OutputCapField::MaxCompletionTokens,
-            ignore_eos: true,
-            response: ResponseMode::Stream,
-            content_mode: ContentMode::Trace,
-            cache_bust: true,
-            tool_waits: ToolWaits::default(),
-            extra_body: serde_json::Map::new(),
+            output_cap_field: c.output_cap_field,
+            ignore_eos: c.ignore_eos,
+            response: c.response,
+            content_mode: c.content_mode,
+            cache_bust: c.cache_bust,
+            tool_waits: c.tool_waits,
+            extra_body: c.extra_body,
             routing_header: None,
             worker_header: None,
         }
@@ -336,7 +339,7 @@ impl Default for Limits {
         Limits {
             duration: None,
             max_duration: None,
-            turn_timeout: Duration::from_secs(600),
+            turn_timeout: RunConfig::new("", 0).turn_timeout,
             session_timeout: None,
         }
     }

@@ -16,6 +16,20 @@
 //! back tolerating a torn last line (a crash mid-write). No decision is made anywhere by
 //! comparing a string read back from a run directory: values are parsed into these types.
 //!
+//! ```
+//! use bench_rundir::{EventLine, LifecycleEvent, StopBy, files, jsonl};
+//! # let dir = std::env::temp_dir().join(format!("bench-rundir-doc-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir).unwrap();
+//! # std::fs::write(dir.join(files::EVENTS), "{\"event\":\"run.stopped\",\"utc\":\"2026-01-01T00:00:00Z\",\"by\":\"completed\",\"reason\":\"all 8 planned sessions were played\"}\n{\"event\":\"heart").unwrap();
+//! let events = jsonl::read::<EventLine>(&dir.join(files::EVENTS)).unwrap();
+//! let stopped = events.records.iter().find_map(|e| match &e.event {
+//!     LifecycleEvent::Stopped { by, .. } => Some(*by),
+//!     _ => None,
+//! });
+//! assert_eq!(stopped, Some(StopBy::Completed));
+//! assert!(events.torn.is_some(), "a crash cut the last line; it is set aside");
+//! ```
+//!
 //! Plain synchronous code: no tokio, no hyper.
 
 pub mod error_kind;

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use bench_rundir::{LifecycleEvent, Phase};
 use serde_json::Value;
 
 use crate::{bench, random_run_args, run, run_json, serial, spawn_sim, status_json, tempdir};
@@ -212,19 +213,24 @@ fn sigkill_at_random_moments_loses_no_record_and_resume_plays_each_session_once(
     assert_eq!(s["sessions_done"], SESSIONS, "{s}");
     assert_eq!(s["turns_done"], SESSIONS * TURNS, "{s}");
     assert_eq!(s["turns_planned"], SESSIONS * TURNS, "{s}");
-    let events = jsonl(&run_dir.join("events.jsonl"));
+    let events = crate::events(&run_dir);
     let resumed = events
         .iter()
-        .filter(|e| e["event"] == "run.resumed")
+        .filter(|e| matches!(e, LifecycleEvent::Resumed(_)))
         .count();
     assert_eq!(resumed, kills, "seed {seed}");
     // One timeline: every segment's records come after the previous segment's.
-    let phases: Vec<&str> = events
+    let phases: Vec<Phase> = events
         .iter()
-        .filter(|e| e["event"] == "phase")
-        .filter_map(|e| e["phase"].as_str())
+        .filter_map(|e| match e {
+            LifecycleEvent::Phase { phase } => Some(*phase),
+            _ => None,
+        })
         .collect();
-    assert!(phases.ends_with(&["measuring", "draining"]), "{phases:?}");
+    assert!(
+        phases.ends_with(&[Phase::Measuring, Phase::Draining]),
+        "{phases:?}"
+    );
 
     // Nothing left: a further resume is refused.
     let out = run(&["run", "--resume", run_dir.to_str().unwrap()]);

@@ -466,13 +466,12 @@ fn a_signal_stops_dispatching_and_lets_turns_in_flight_finish_a_second_cuts_them
         }
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
-        let stopped = events
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .find(|e| e["event"] == "run.stopped")
-            .unwrap_or_else(|| panic!("no run.stopped in {events}"));
-        assert_eq!(stopped["by"], "signal", "{events}");
+        let events = crate::events(&dir);
+        let stopped = events.iter().find_map(|e| match e {
+            LifecycleEvent::Stopped { by, .. } => Some(*by),
+            _ => None,
+        });
+        assert_eq!(stopped, Some(StopBy::Signal), "{events:?}");
         let result: Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap())
                 .unwrap();

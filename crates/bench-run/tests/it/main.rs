@@ -1,0 +1,4 @@
+//! Integration tests of `bench-run`: the run API against the in-process simulator.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod handle;
