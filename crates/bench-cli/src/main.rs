@@ -20,10 +20,7 @@ fn main() -> ExitCode {
         .map(|c| c.get_arguments().map(|a| a.get_id().to_string()).collect())
         .unwrap_or_default();
     let matches = command.get_matches();
-    let cli = match Cli::from_arg_matches(&matches) {
-        Ok(c) => c,
-        Err(e) => e.exit(),
-    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let given: Vec<String> = matches
         .subcommand_matches("run")
         .map(|m| {

@@ -82,6 +82,11 @@ impl Progress {
         }
     }
 
+    /// The bar, in [`Mode::Bar`] (lines printed with its `println` go above it).
+    pub fn bar(&self) -> Option<&ProgressBar> {
+        self.bar.as_ref()
+    }
+
     /// Stops the ticker and clears the bar. Idempotent; also done on drop.
     pub fn finish(&self) {
         let ticker = match self.ticker.lock() {

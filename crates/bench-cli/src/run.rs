@@ -1,6 +1,6 @@
 //! `bench run`: flags → [`bench_run::RunSpec`], the run, the report, the exit code.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bench_run::{CancelledBy, Canceller, Notice, RunHandle, RunOptions};
@@ -31,9 +31,18 @@ pub(crate) fn run_error(e: bench_run::RunError) -> CliError {
 /// the flags given on the command line.
 pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
     let headers = crate::parse_headers(&args.headers)?;
-    let notices: Arc<dyn Fn(Notice) + Send + Sync> = Arc::new(|n| match n {
-        Notice::Info(m) => eprintln!("{m}"),
-        Notice::Warning(m) => eprintln!("warning: {m}"),
+    // Notices go above the progress bar once there is one (an eprintln would tear it).
+    let bar: Arc<OnceLock<indicatif::ProgressBar>> = Arc::default();
+    let slot = bar.clone();
+    let notices: Arc<dyn Fn(Notice) + Send + Sync> = Arc::new(move |n| {
+        let line = match n {
+            Notice::Info(m) => m,
+            Notice::Warning(m) => format!("warning: {m}"),
+        };
+        match slot.get() {
+            Some(b) => b.println(line),
+            None => eprintln!("{line}"),
+        }
     });
     let options = RunOptions {
         run_dir: args.run_dir.clone(),
@@ -61,17 +70,24 @@ pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
         None => bench_run::start(args.to_spec()?, options).await,
     }
     .map_err(run_error)?;
-    play(handle, &args).await
+    play(handle, &args, &bar).await
 }
 
 /// Shows progress and handles signals while the run plays; prints the report.
-async fn play(handle: RunHandle, args: &RunCmd) -> Result<(), CliError> {
+async fn play(
+    handle: RunHandle,
+    args: &RunCmd,
+    bar: &OnceLock<indicatif::ProgressBar>,
+) -> Result<(), CliError> {
     let sig = spawn_signals(handle.canceller(), args.grace);
     let progress = Progress::start(
         handle.progress_counters(),
         args.progress_interval,
         args.progress_mode(),
     );
+    if let Some(b) = progress.bar() {
+        let _ = bar.set(b.clone());
+    }
     let report = handle.wait().await;
     progress.finish();
     sig.abort();
