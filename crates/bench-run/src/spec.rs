@@ -566,6 +566,36 @@ mod tests {
     }
 
     #[test]
+    fn the_shapes_docs_run_api_shows_parse() {
+        let s: RunSpec = serde_json::from_str(
+            r#"{"target": {"embedded": {"latency": {"mode": "fixed", "ttft": "50ms", "itl": "10ms"}}},
+                "scrape": {"every": "2s"}, "backend": {"named": "vllm"},
+                "load": {"closed": {"concurrency": 3, "ramp_up": "5s"}},
+                "judge": {"slo": "ttft_ms=500"}, "exports": {"tag": "nightly"}}"#,
+        )
+        .unwrap();
+        s.validate().unwrap();
+        let Target::Embedded(sim) = &s.target else {
+            panic!("{:?}", s.target)
+        };
+        assert_eq!(
+            sim.latency,
+            SimLatency::Fixed {
+                ttft: Duration::from_millis(50),
+                itl: Duration::from_millis(10)
+            }
+        );
+        assert_eq!(s.scrape, Scraping::Every(Duration::from_secs(2)));
+        assert_eq!(s.backend, BackendChoice::Named(Backend::Vllm));
+        assert_eq!(s.load.in_flight(), Some(3));
+        let off: RunSpec = serde_json::from_str(r#"{"scrape": "off", "backend": "auto"}"#).unwrap();
+        assert_eq!(
+            (off.scrape, off.backend),
+            (Scraping::Off, BackendChoice::Auto)
+        );
+    }
+
+    #[test]
     fn bad_values_are_one_line_naming_the_field() {
         let e = serde_json::from_str::<RunSpec>(r#"{"lod": {}}"#).unwrap_err();
         assert!(e.to_string().contains("unknown field `lod`"), "{e}");
