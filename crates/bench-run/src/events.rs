@@ -12,10 +12,11 @@ use tokio::sync::broadcast;
 /// How many events a subscriber may fall behind before it is told it lagged.
 pub const EVENT_BUFFER: usize = 1024;
 
-/// Appends lifecycle events to `events.jsonl` and broadcasts them.
+/// Appends lifecycle events to `events.jsonl`, keeps this process's ones (a few a minute:
+/// phases, a heartbeat every 5 s) and broadcasts them.
 #[derive(Debug)]
 pub struct Events {
-    file: Mutex<File>,
+    file: Mutex<(File, Vec<EventLine>)>,
     tx: broadcast::Sender<EventLine>,
 }
 
@@ -24,7 +25,7 @@ impl Events {
     pub fn open(dir: &Path) -> Result<Events, jsonl::IoError> {
         let (tx, _) = broadcast::channel(EVENT_BUFFER);
         Ok(Events {
-            file: Mutex::new(jsonl::open_append(&dir.join(files::EVENTS))?),
+            file: Mutex::new((jsonl::open_append(&dir.join(files::EVENTS))?, Vec::new())),
             tx,
         })
     }
@@ -35,15 +36,27 @@ impl Events {
             event,
             utc: bench_report::export::utc_now(),
         };
-        if let Ok(mut f) = self.file.lock() {
-            let _ = jsonl::append(&mut f, &line);
+        // Written, kept and sent under one lock: a subscriber taking the history gets each
+        // event once, either in it or from the channel.
+        if let Ok(mut g) = self.file.lock() {
+            let _ = jsonl::append(&mut g.0, &line);
+            g.1.push(line.clone());
+            let _ = self.tx.send(line);
         }
-        let _ = self.tx.send(line);
     }
 
     /// A new subscriber (it sees events emitted from now on).
     pub fn subscribe(&self) -> broadcast::Receiver<EventLine> {
         self.tx.subscribe()
+    }
+
+    /// The events this process emitted so far and a subscriber to the rest: no event is
+    /// missing between the two or in both.
+    pub fn subscribe_with_history(&self) -> (Vec<EventLine>, broadcast::Receiver<EventLine>) {
+        match self.file.lock() {
+            Ok(g) => (g.1.clone(), self.tx.subscribe()),
+            Err(_) => (Vec::new(), self.tx.subscribe()),
+        }
     }
 }
 
@@ -160,9 +173,14 @@ mod tests {
                 }
             ]
         );
-        // A subscriber gets the same typed events.
+        // A subscriber gets the same typed events; a late one gets them as history.
         assert_eq!(rx.try_recv().unwrap().event, *kinds[0]);
         assert_eq!(rx.try_recv().unwrap().event, *kinds[1]);
+        let (history, mut late) = events.subscribe_with_history();
+        assert_eq!(history, ev.records);
+        assert!(late.try_recv().is_err(), "nothing twice");
+        events.emit(LifecycleEvent::Other);
+        assert_eq!(late.try_recv().unwrap().event, LifecycleEvent::Other);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

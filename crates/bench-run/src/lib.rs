@@ -183,6 +183,12 @@ impl RunHandle {
         self.events.subscribe()
     }
 
+    /// Every event of this run's process so far (`run.started` or `run.resumed` first), and a
+    /// receiver of the ones after: nothing missing between the two, nothing in both.
+    pub fn events_with_history(&self) -> (Vec<EventLine>, broadcast::Receiver<EventLine>) {
+        self.events.subscribe_with_history()
+    }
+
     /// The counters now (turns, sessions, active, failures, output tok/s so far, ETA).
     pub fn progress(&self) -> Snapshot {
         self.progress.snapshot_now()

@@ -62,6 +62,11 @@ async fn cancel_lets_turns_in_flight_finish_and_marks_the_run_cancelled() {
     let handle = bench_run::start(spec(), options(&d)).await.unwrap();
     assert_eq!(handle.dir(), d);
     let mut events = handle.events();
+    let (history, _) = handle.events_with_history();
+    assert!(
+        matches!(history.first().map(|e| &e.event), Some(LifecycleEvent::Started(o)) if o.turns_planned == Some(48)),
+        "{history:?}"
+    );
     until_turns(&handle, 4).await;
     handle.cancel();
     let report = handle.wait().await.unwrap();
