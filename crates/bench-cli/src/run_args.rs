@@ -59,7 +59,7 @@ pub struct RunCmd {
     /// in its run.json: finished sessions are kept, partly played ones are played again from
     /// their first turn (their earlier records are marked `superseded`), and result.json counts
     /// each planned session once. Only --header (header values are never recorded), -q,
-    /// --json and --progress-interval may be given with it.
+    /// --json, --progress-interval and --no-progress-bar may be given with it.
     #[arg(long, value_name = "RUN_DIR")]
     pub resume: Option<PathBuf>,
     /// Server to benchmark (http:// only). Without it, the embedded simulator is started.
