@@ -14,6 +14,7 @@
 //! `docs/result.schema.json`.
 
 pub mod export;
+pub mod grade;
 pub use bench_rundir::record;
 
 mod console;

@@ -21,6 +21,8 @@
 //! ```
 
 pub mod events;
+pub mod hooks;
+pub mod journeys;
 pub mod lifecycle;
 pub mod probe;
 pub mod progress;
@@ -90,6 +92,10 @@ pub struct RunOptions {
     pub plan_progress: Option<ProgressFn>,
     /// Where notices go (default: nowhere).
     pub notices: Option<Arc<dyn Fn(Notice) + Send + Sync>>,
+    /// Called at the start, per finished turn and at the end ([`hooks`]).
+    pub hooks: Vec<Arc<dyn hooks::Hooks>>,
+    /// Score every ok turn; their summaries go into `result.json` ([`hooks`]).
+    pub graders: Vec<Arc<dyn hooks::Grader>>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -101,6 +107,11 @@ impl std::fmt::Debug for RunOptions {
                 &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             )
             .field("observers", &self.observers.len())
+            .field("hooks", &self.hooks.len())
+            .field(
+                "graders",
+                &self.graders.iter().map(|g| g.name()).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }

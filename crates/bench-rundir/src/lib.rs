@@ -11,6 +11,7 @@
 //! | [`files::SESSIONS`] | one record per finished session play | [`SessionRecord`] |
 //! | [`files::SCRAPES`] | one `/metrics` scrape per line | `bench_telemetry::Scrape` (its `phase` is a [`ScrapePhase`]) |
 //! | [`files::RESULT`] | the computed result | `bench_report::RunResult` |
+//! | [`files::JOURNEYS_REPORT`] | a journeys run's report (its `run.json` says `"kind": "journeys"`) | `bench_journeys::Report` |
 //!
 //! Every file but `run.json` and `result.json` is append-only JSONL; [`jsonl::read`] reads one
 //! back tolerating a torn last line (a crash mid-write). No decision is made anywhere by
@@ -57,18 +58,44 @@ pub mod files {
     pub const SCRAPES: &str = "scrapes.jsonl";
     /// The result (pretty JSON, written at the end).
     pub const RESULT: &str = "result.json";
+    /// A journeys run's report (`bench_journeys::Report`), instead of `result.json`.
+    pub const JOURNEYS_REPORT: &str = "report.json";
 }
 
 /// The fields of `run.json` that readers of a run directory need; the rest (the run
 /// specification) is `bench_run::RunSpec`'s business.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunJsonHead {
+    /// What kind of run it is (absent in replay runs: `replay`).
+    #[serde(default)]
+    pub kind: RunKind,
     /// The process that wrote it.
     #[serde(default)]
     pub pid: Option<u32>,
     /// The plan's size.
     #[serde(default)]
     pub plan: Option<PlanCounts>,
+}
+
+/// What a run directory holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunKind {
+    /// A replay of a plan (`bench run`): `turns.jsonl`, `result.json`.
+    #[default]
+    Replay,
+    /// A journeys suite (`bench journeys`): `report.json`.
+    Journeys,
+}
+
+impl RunKind {
+    /// `replay` or `journeys`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Replay => "replay",
+            RunKind::Journeys => "journeys",
+        }
+    }
 }
 
 /// A plan's size, as `run.json` records it.

@@ -1,0 +1,1 @@
+//! A journeys suite as a run (work in progress).
