@@ -1,15 +1,16 @@
-//! `bench journeys`: time user journeys (built-in packs or a declarative file), report, gate.
+//! `bench journeys`: flags → [`bench_run::journeys::JourneysSpec`], the suite (run by
+//! `bench-run`), the report, gates, the baseline comparison and the exit code.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bench_journeys::{
-    Cancel, Comparison, Env, Gates, Journey, Report, SuiteConfig, mode_of, packs, run_suite, select,
-};
-use bench_transport::{Client, ClientConfig};
+use bench_journeys::{Comparison, Report};
+use bench_run::journeys::{JourneysOptions, JourneysSpec, OnRun, start_journeys};
+use bench_run::{CancelledBy, EmbeddedSim, Notice};
 use clap::Args;
 
+use crate::run::run_error;
 use crate::run_args::{EmbeddedSimArgs, parse_duration};
 use crate::{CliError, out};
 
@@ -90,22 +91,34 @@ pub struct JourneysCmd {
     pub sim: EmbeddedSimArgs,
 }
 
-fn load_journeys(args: &JourneysCmd) -> Result<(String, Vec<Arc<dyn Journey>>), CliError> {
-    if let Some(f) = &args.file {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| CliError::Usage(format!("--file {}: {e}", f.display())))?;
-        let file = bench_journeys::declarative::parse(&f.display().to_string(), &text)
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-        return Ok((f.display().to_string(), file.journeys()));
-    }
-    let name = args.pack.clone().unwrap_or_else(|| "openai".into());
-    match packs::pack(&name) {
-        Some(Ok(j)) => Ok((name, j)),
-        Some(Err(e)) => Err(CliError::Failed(format!("the {name} pack: {e}"))),
-        None => Err(CliError::Usage(format!(
-            "unknown pack {name:?}; known: {}",
-            packs::NAMES.join(", ")
-        ))),
+impl JourneysCmd {
+    /// The suite these flags describe (the embedded simulator's flags are checked only when
+    /// it is used).
+    fn to_spec(&self) -> Result<JourneysSpec, CliError> {
+        let sim = match (&self.base_url, self.list) {
+            (None, false) => {
+                let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+                let c = self.sim.to_model_args().to_config(any, String::new());
+                EmbeddedSim::from_config(&c.map_err(CliError::Usage)?)
+            }
+            _ => EmbeddedSim::default(),
+        };
+        Ok(JourneysSpec {
+            pack: self.pack.clone(),
+            file: self.file.clone(),
+            journeys: self.journeys.clone(),
+            base_url: self.base_url.clone(),
+            iterations: self.iterations,
+            warmup: self.warmup,
+            concurrency: self.concurrency.max(1),
+            requests: self.requests,
+            runs: self.runs,
+            timeout: self.timeout,
+            sim,
+            min_rps: self.min_rps,
+            max_p50_ms: self.max_p50_ms,
+            max_p99_ms: self.max_p99_ms,
+        })
     }
 }
 
@@ -116,15 +129,10 @@ fn write_file(path: &Path, text: &str) -> Result<(), CliError> {
 
 /// Runs `bench journeys`.
 pub async fn run_journeys(args: JourneysCmd) -> Result<(), CliError> {
-    let (source, all) = load_journeys(&args)?;
-    let journeys = select(all, &args.journeys).map_err(CliError::Usage)?;
+    let spec = args.to_spec()?;
+    let journeys = spec.select().map_err(run_error)?;
     if args.list {
         return out(&bench_journeys::suite::listing(&journeys));
-    }
-    if args.runs == 0 || args.iterations == 0 || args.requests == 0 {
-        return Err(CliError::Usage(
-            "--runs, --iterations and --requests must be at least 1".into(),
-        ));
     }
     if !(args.threshold.is_finite() && args.threshold >= 0.0) {
         return Err(CliError::Usage(
@@ -136,75 +144,14 @@ pub async fn run_journeys(args: JourneysCmd) -> Result<(), CliError> {
         Some(p) => Some(Report::read(p).map_err(|e| CliError::Usage(format!("--baseline {e}")))?),
         None => None,
     };
-    let is_openai = args.file.is_none() && args.pack.as_deref().is_none_or(|p| p == "openai");
-    if args.base_url.is_none() && !is_openai {
+    if spec.base_url.is_none() && !spec.is_embedded() {
         return Err(CliError::Usage(format!(
-            "{source}: --base-url is required (only the openai pack has an embedded server)"
+            "{}: --base-url is required (only the openai pack has an embedded server)",
+            spec.source()
         )));
     }
-    let headers = crate::parse_headers(&args.headers)?;
-    let (embedded, base_url) =
-        crate::server_or_embedded(args.base_url.as_deref(), &args.sim.to_model_args(), None)
-            .await?;
-    let result = measure(
-        &args,
-        &source,
-        &journeys,
-        &base_url,
-        headers,
-        embedded.is_some(),
-        baseline,
-    )
-    .await;
-    if let Some(s) = embedded {
-        s.shutdown().await;
-    }
-    result
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn measure(
-    args: &JourneysCmd,
-    source: &str,
-    journeys: &[Arc<dyn Journey>],
-    base_url: &str,
-    headers: Vec<(String, String)>,
-    embedded: bool,
-    baseline: Option<Report>,
-) -> Result<(), CliError> {
-    let mut ccfg = ClientConfig::new(base_url);
-    ccfg.headers = headers;
-    ccfg.timeout = args.timeout;
-    let client = Client::new(ccfg).map_err(|e| CliError::Usage(e.to_string()))?;
-    let env = Env::new(client);
-    let cfg = SuiteConfig {
-        iterations: args.iterations,
-        warmup: args.warmup,
-        concurrency: args.concurrency.max(1),
-        requests: args.requests,
-        runs: args.runs,
-    };
-    let cancel = Cancel::new();
-    let c2 = cancel.clone();
-    let sig = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("bench journeys: stopping: operations in flight finish, teardown runs");
-            c2.cancel();
-        }
-    });
-    eprintln!(
-        "bench journeys: {} journey(s) from {source} against {}{} ({} run(s))",
-        journeys.len(),
-        env.client.base_url(),
-        if embedded {
-            " (embedded simulator)"
-        } else {
-            ""
-        },
-        cfg.runs
-    );
-    let total = cfg.runs;
-    let results = run_suite(journeys, &env, &cfg, &cancel, |name, row| {
+    let total = spec.runs;
+    let on_run: OnRun = Arc::new(move |name, row| {
         let detail = match &row.setup_failure {
             Some(f) => format!("setup failed: {f}"),
             None => format!(
@@ -215,75 +162,61 @@ async fn measure(
             ),
         };
         eprintln!("bench journeys: {name} run {}/{total}: {detail}", row.run);
-    })
-    .await;
+    });
+    let options = JourneysOptions {
+        headers: crate::parse_headers(&args.headers)?,
+        on_run: Some(on_run),
+        notices: Some(Arc::new(|n| match n {
+            Notice::Info(m) => eprintln!("{m}"),
+            Notice::Warning(m) => eprintln!("warning: {m}"),
+        })),
+        ..JourneysOptions::default()
+    };
+    let handle = start_journeys(spec, options).await.map_err(run_error)?;
+    let canceller = handle.canceller();
+    let sig = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("bench journeys: stopping: operations in flight finish, teardown runs");
+            canceller.cancel(CancelledBy::Signal);
+        }
+    });
+    let done = handle.wait().await;
     sig.abort();
-    let modes: serde_json::Map<String, serde_json::Value> = journeys
-        .iter()
-        .map(|j| {
-            (
-                j.name().to_owned(),
-                mode_of(j.as_ref(), &cfg).as_str().into(),
-            )
-        })
-        .collect();
-    let report = bench_journeys::suite::report(
-        results,
-        serde_json::json!({
-            "source": source,
-            "base_url": env.client.base_url(),
-            "embedded_simulator": embedded,
-            "iterations": cfg.iterations,
-            "warmup": cfg.warmup,
-            "concurrency": cfg.concurrency,
-            "requests": cfg.requests,
-            "runs": cfg.runs,
-            "timeout_s": args.timeout.as_secs_f64(),
-            "modes": modes,
-        }),
-        bench_journeys::suite::git_sha(),
-        bench_journeys::suite::host_info(&bench_run::lifecycle::host()),
-    );
+    let done = done.map_err(run_error)?;
+    let report = &done.report;
     let cmp = baseline
         .as_ref()
-        .map(|b| Comparison::new(&report, b, args.threshold, args.min_delta_ms));
+        .map(|b| Comparison::new(report, b, args.threshold, args.min_delta_ms));
+    let json = serde_json::to_string_pretty(report)
+        .map_err(|e| CliError::Failed(format!("cannot encode the report: {e}")))?
+        + "\n";
     if let Some(p) = &args.output {
-        let text = serde_json::to_string_pretty(&report)
-            .map_err(|e| CliError::Failed(format!("cannot encode the report: {e}")))?;
-        write_file(p, &(text + "\n"))?;
+        write_file(p, &json)?;
     }
     if let Some(p) = &args.markdown {
         write_file(p, &report.markdown(cmp.as_ref()))?;
     }
     if args.json {
-        let text = serde_json::to_string_pretty(&report)
-            .map_err(|e| CliError::Failed(format!("cannot encode the report: {e}")))?;
-        out(&format!("{text}\n"))?;
+        out(&json)?;
     } else {
         out(&report.console())?;
         if let Some(c) = &cmp {
             out(&report.markdown(Some(c)))?;
         }
     }
-    // Verdicts: setup failures, gates, regressions.
-    let mut problems = report.setup_failures();
-    let gates = Gates {
-        min_rps: args.min_rps,
-        max_p50_ms: args.max_p50_ms,
-        max_p99_ms: args.max_p99_ms,
-    };
-    problems.extend(gates.check(&report));
+    // Verdicts: setup failures, gates, regressions, a cancel.
+    let mut problems = done.problems;
     if let Some(c) = &cmp {
-        problems.extend(c.regressions());
+        let at = problems.len() - usize::from(!done.stopped_by.is_finished());
+        problems.splice(at..at, c.regressions());
     }
-    if cancel.is_cancelled() {
-        problems.push("cancelled (Ctrl-C): the report covers what ran".into());
+    match problems.split_last() {
+        None => Ok(()),
+        Some((last, rest)) => {
+            for p in rest {
+                eprintln!("error: {p}");
+            }
+            Err(CliError::Failed(last.clone()))
+        }
     }
-    if problems.is_empty() {
-        return Ok(());
-    }
-    for p in &problems[..problems.len() - 1] {
-        eprintln!("error: {p}");
-    }
-    Err(CliError::Failed(problems[problems.len() - 1].clone()))
 }

@@ -3,17 +3,20 @@
 //!
 //! Commands: `bench sim` (serve the embedded simulator), `bench probe` (measure one turn),
 //! `bench plan` (build and summarize a workload plan), `bench import` (convert traces),
-//! `bench run` (replay and measure), `bench journeys` (time API operations).
+//! `bench run` (replay and measure), `bench journeys` (time API operations), `bench status`
+//! (read a run directory), `bench serve` (the control plane).
 
 mod journeys;
 mod progress;
 mod run;
 mod run_args;
+mod serve;
 mod status;
 mod workload;
 
 pub use journeys::run_journeys;
 pub use run::run_run;
+pub use serve::run_serve;
 pub use status::run_status;
 pub use workload::{run_import, run_plan};
 
@@ -93,6 +96,14 @@ pub enum Command {
     /// reported); works on a live run, a finished one or one whose process died. Exit codes: 0
     /// ok, 2 the directory is missing or is not a run directory.
     Status(status::StatusCmd),
+    /// Serve the control plane: a runs API, live event streams, Prometheus and a dashboard.
+    ///
+    /// POST /api/runs starts a run from a JSON spec (`{}`: the bundled sample against the
+    /// embedded simulator), one at a time; GET /api/runs/ID/events streams its events
+    /// (server-sent events, resumable with Last-Event-ID); /metrics is the active run in
+    /// Prometheus text; / is the dashboard. Loopback only unless --token is given. See
+    /// docs/serve.md.
+    Serve(serve::ServeCmd),
 }
 
 /// Metric vocabulary of the simulator's /metrics.

@@ -57,6 +57,7 @@ fn main() -> ExitCode {
             Command::Import(args) => bench_cli::run_import(args),
             Command::Journeys(args) => bench_cli::run_journeys(*args).await,
             Command::Status(args) => bench_cli::run_status(args),
+            Command::Serve(args) => bench_cli::run_serve(args).await,
         }
     });
     match result {

@@ -50,6 +50,7 @@ pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
         observers: Vec::new(),
         plan_progress: Some(plan_progress()),
         notices: Some(notices),
+        ..RunOptions::default()
     };
     let handle = match &args.resume {
         Some(dir) => {

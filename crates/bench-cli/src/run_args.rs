@@ -447,6 +447,7 @@ impl RunCmd {
             worker_header: self.worker_header.clone(),
         };
         let spec = RunSpec {
+            graders: Default::default(),
             target,
             plan,
             load,

@@ -19,4 +19,4 @@ pub mod suite;
 pub use journey::{BoxFuture, Ctx, Env, Failure, Journey, Kind};
 pub use report::{Comparison, Gates, JourneyReport, Report, RunRow, Summary, Verdict};
 pub use runner::{Cancel, RunResult, clamp_iterations, run_latency, run_throughput};
-pub use suite::{SuiteConfig, mode_of, run_suite, select};
+pub use suite::{OpEvent, SuiteConfig, mode_of, run_suite, run_suite_observed, select};

@@ -53,14 +53,30 @@ pub struct RunResult {
     pub setup_failure: Option<String>,
 }
 
+/// What a runner tells its observer about each timed operation: its latency in ms, or why it
+/// failed. Called as each operation completes, on the runner's task: keep it quick.
+pub(crate) type OpObserver<'a> = &'a (dyn Fn(Result<f64, &Failure>) + Sync);
+
 impl RunResult {
-    fn record(&mut self, started: Instant, r: Result<Option<Duration>, Failure>) {
+    fn record(
+        &mut self,
+        started: Instant,
+        r: Result<Option<Duration>, Failure>,
+        observe: Option<OpObserver<'_>>,
+    ) {
         match r {
             Ok(took) => {
                 let d = took.unwrap_or_else(|| started.elapsed());
-                self.latencies_ms.push(d.as_secs_f64() * 1000.0);
+                let ms = d.as_secs_f64() * 1000.0;
+                self.latencies_ms.push(ms);
+                if let Some(o) = observe {
+                    o(Ok(ms));
+                }
             }
             Err(f) => {
+                if let Some(o) = observe {
+                    o(Err(&f));
+                }
                 *self.failures.entry(f.reason.clone()).or_default() += 1;
                 self.failure_examples
                     .entry(f.reason.clone())
@@ -105,7 +121,7 @@ pub async fn run_latency(
     warmup: u32,
     cancel: &Cancel,
 ) -> RunResult {
-    run(j, env, Kind::Latency, iterations, 1, warmup, cancel).await
+    run(j, env, Kind::Latency, iterations, 1, warmup, cancel, None).await
 }
 
 /// Throughput: setup, `warmup` untimed operations at the same concurrency (errors ignored),
@@ -127,12 +143,15 @@ pub async fn run_throughput(
         concurrency,
         warmup,
         cancel,
+        None,
     )
     .await
 }
 
-/// Both runners: with `concurrency` 1 the operations run one after another.
-async fn run(
+/// Both runners: with `concurrency` 1 the operations run one after another. `observe` hears
+/// of every timed operation (never of warmup ones) as it completes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn run(
     j: &dyn Journey,
     env: &Env,
     mode: Kind,
@@ -140,6 +159,7 @@ async fn run(
     concurrency: u32,
     warmup: u32,
     cancel: &Cancel,
+    observe: Option<OpObserver<'_>>,
 ) -> RunResult {
     let operations = clamp_iterations(j, requests);
     let c = concurrency.max(1) as usize;
@@ -171,7 +191,7 @@ async fn run(
             .buffer_unordered(c);
         let mut done = 0u32;
         while let Some((start, r)) = results.next().await {
-            res.record(start, r);
+            res.record(start, r, observe);
             done += 1;
         }
         res.wall_s = wall.elapsed().as_secs_f64();
@@ -282,6 +302,55 @@ mod tests {
         assert_eq!(*j.log.lock().unwrap(), ["setup", "teardown"]);
         assert_eq!(r.mode, Some(Kind::Latency));
         assert_eq!(r.concurrency, 1);
+    }
+
+    #[tokio::test]
+    async fn the_suite_reports_every_timed_operation_and_no_warmup_one() {
+        // Per run: 2 warmup calls, then 4 timed ones; call 2 (warmup) and call 6 (timed) fail.
+        let j: Arc<dyn Journey> = Arc::new(Scripted {
+            fail: vec![2, 6],
+            ..Default::default()
+        });
+        let cfg = crate::SuiteConfig {
+            iterations: 4,
+            warmup: 2,
+            runs: 2,
+            ..crate::SuiteConfig::default()
+        };
+        let seen = Mutex::new(Vec::new());
+        let mut rows = Vec::new();
+        let out = crate::run_suite_observed(
+            &[j],
+            &env(),
+            &cfg,
+            &Cancel::new(),
+            |_, row| rows.push(row.run),
+            &|op| {
+                seen.lock().unwrap().push((
+                    op.journey.to_owned(),
+                    op.run,
+                    op.latency_ms(),
+                    op.failure_reason().map(str::to_owned),
+                ))
+            },
+        )
+        .await;
+        let ok = |run, ms: f64| ("scripted".to_owned(), run, Some(ms), None);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                ok(1, 3.0),
+                ok(1, 4.0),
+                ok(1, 5.0),
+                ("scripted".to_owned(), 1, None, Some("HTTP 500".to_owned())),
+                ok(2, 9.0),
+                ok(2, 10.0),
+                ok(2, 11.0),
+                ok(2, 12.0),
+            ]
+        );
+        assert_eq!(rows, [1, 2]);
+        assert_eq!(out["scripted"].summary.n_success, 7);
     }
 
     #[tokio::test]

@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::journey::{Env, Journey, Kind};
+use crate::journey::{Env, Failure, Journey, Kind};
 use crate::report::{JourneyReport, REPORT_SCHEMA_VERSION, Report, RunRow, Summary};
-use crate::runner::{Cancel, run_latency, run_throughput};
+use crate::runner::{Cancel, run};
 
 /// How a suite runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +68,30 @@ pub fn select(
     Ok(out)
 }
 
+/// One timed operation of a suite, as [`run_suite_observed`] reports it (warmup operations
+/// are not reported).
+#[derive(Debug, Clone, Copy)]
+pub struct OpEvent<'a> {
+    /// The journey's name.
+    pub journey: &'a str,
+    /// Which run of the journey (from 1).
+    pub run: u32,
+    /// `Ok(latency in ms)` when it succeeded, else why it failed.
+    pub outcome: Result<f64, &'a Failure>,
+}
+
+impl OpEvent<'_> {
+    /// Its latency when it succeeded, ms.
+    pub fn latency_ms(&self) -> Option<f64> {
+        self.outcome.ok()
+    }
+
+    /// Its failure reason (`HTTP 404`, `timeout`, …) when it failed.
+    pub fn failure_reason(&self) -> Option<&str> {
+        self.outcome.err().map(|f| f.reason.as_str())
+    }
+}
+
 /// Runs every journey `cfg.runs` times (journey by journey), calling `on_run` after each run.
 /// Stops starting runs once `cancel` is cancelled. `config` and `host`/`git_sha` go into the
 /// report as given.
@@ -76,33 +100,52 @@ pub async fn run_suite(
     env: &Env,
     cfg: &SuiteConfig,
     cancel: &Cancel,
+    on_run: impl FnMut(&str, &RunRow),
+) -> BTreeMap<String, JourneyReport> {
+    run_suite_observed(journeys, env, cfg, cancel, on_run, &|_| {}).await
+}
+
+/// [`run_suite`], also calling `on_op` as each timed operation completes (on the runner's
+/// task, between completions: keep it quick; operations already in flight go on meanwhile).
+pub async fn run_suite_observed(
+    journeys: &[Arc<dyn Journey>],
+    env: &Env,
+    cfg: &SuiteConfig,
+    cancel: &Cancel,
     mut on_run: impl FnMut(&str, &RunRow),
+    on_op: &(dyn Fn(&OpEvent<'_>) + Sync),
 ) -> BTreeMap<String, JourneyReport> {
     let mut out = BTreeMap::new();
     for j in journeys {
         let mode = mode_of(j.as_ref(), cfg);
+        let (requests, concurrency) = match mode {
+            Kind::Latency => (cfg.iterations, 1),
+            Kind::Throughput => (cfg.requests, cfg.concurrency),
+        };
         let mut rows = Vec::new();
-        for run in 1..=cfg.runs.max(1) {
+        for n in 1..=cfg.runs.max(1) {
             if cancel.is_cancelled() {
                 break;
             }
-            let r = match mode {
-                Kind::Latency => {
-                    run_latency(j.as_ref(), env, cfg.iterations, cfg.warmup, cancel).await
-                }
-                Kind::Throughput => {
-                    run_throughput(
-                        j.as_ref(),
-                        env,
-                        cfg.requests,
-                        cfg.concurrency,
-                        cfg.warmup,
-                        cancel,
-                    )
-                    .await
-                }
+            let observe = |outcome: Result<f64, &Failure>| {
+                on_op(&OpEvent {
+                    journey: j.name(),
+                    run: n,
+                    outcome,
+                })
             };
-            let row = RunRow::from_result(run, &r);
+            let r = run(
+                j.as_ref(),
+                env,
+                mode,
+                requests,
+                concurrency,
+                cfg.warmup,
+                cancel,
+                Some(&observe),
+            )
+            .await;
+            let row = RunRow::from_result(n, &r);
             on_run(j.name(), &row);
             rows.push(row);
         }

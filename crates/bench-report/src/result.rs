@@ -8,6 +8,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::SCHEMA_VERSION;
+use crate::grade::GraderSummary;
 use crate::record::{SessionRecord, SessionStatus, TurnRecord, TurnStatus};
 use crate::slo::Slo;
 use crate::stats::{ITL_EXACT_LIMIT, PooledDist, mean, percentile, sorted_finite};
@@ -69,6 +70,10 @@ pub struct RunResult {
     /// filled by the caller, e.g. from `bench_telemetry::summarize`).
     #[serde(default)]
     pub server: serde_json::Value,
+    /// Each grader's summary over the ok turns this process graded (absent without graders;
+    /// filled by the caller, e.g. `bench_run`, never by [`compute`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grades: Vec<GraderSummary>,
 }
 
 /// Whole-run counts (every non-warmup record) and the steady-window metrics (flattened beside
@@ -410,6 +415,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         summary,
         overall: Metrics::from_turns(&ok, overall_span, slo),
         server: serde_json::Value::Null,
+        grades: Vec::new(),
         steady_window: SteadyWindow {
             rule: rule.to_owned(),
             concurrency: info.concurrency,

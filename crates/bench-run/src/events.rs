@@ -12,11 +12,11 @@ use tokio::sync::broadcast;
 /// How many events a subscriber may fall behind before it is told it lagged.
 pub const EVENT_BUFFER: usize = 1024;
 
-/// Appends lifecycle events to `events.jsonl`, keeps this process's ones (a few a minute:
-/// phases, a heartbeat every 5 s) and broadcasts them.
+/// Appends lifecycle events to `events.jsonl` (or, [`Events::in_memory`], to no file), keeps
+/// this process's ones (a few a minute: phases, a heartbeat every 5 s) and broadcasts them.
 #[derive(Debug)]
 pub struct Events {
-    file: Mutex<(File, Vec<EventLine>)>,
+    file: Mutex<(Option<File>, Vec<EventLine>)>,
     tx: broadcast::Sender<EventLine>,
 }
 
@@ -25,9 +25,21 @@ impl Events {
     pub fn open(dir: &Path) -> Result<Events, jsonl::IoError> {
         let (tx, _) = broadcast::channel(EVENT_BUFFER);
         Ok(Events {
-            file: Mutex::new((jsonl::open_append(&dir.join(files::EVENTS))?, Vec::new())),
+            file: Mutex::new((
+                Some(jsonl::open_append(&dir.join(files::EVENTS))?),
+                Vec::new(),
+            )),
             tx,
         })
+    }
+
+    /// Events kept and broadcast but written nowhere (a run without a run directory).
+    pub fn in_memory() -> Events {
+        let (tx, _) = broadcast::channel(EVENT_BUFFER);
+        Events {
+            file: Mutex::new((None, Vec::new())),
+            tx,
+        }
     }
 
     /// Writes `event` stamped now, then broadcasts it.
@@ -39,7 +51,9 @@ impl Events {
         // Written, kept and sent under one lock: a subscriber taking the history gets each
         // event once, either in it or from the channel.
         if let Ok(mut g) = self.file.lock() {
-            let _ = jsonl::append(&mut g.0, &line);
+            if let Some(f) = &mut g.0 {
+                let _ = jsonl::append(f, &line);
+            }
             g.1.push(line.clone());
             let _ = self.tx.send(line);
         }

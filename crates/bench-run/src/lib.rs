@@ -21,6 +21,7 @@
 //! ```
 
 pub mod events;
+pub mod graders;
 pub mod hooks;
 pub mod journeys;
 pub mod lifecycle;
@@ -48,6 +49,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 pub use events::{Events, RunDirWriter};
+pub use graders::GradersSpec;
 pub use progress::{ProgressCounters, Snapshot};
 pub use spec::{
     BackendChoice, DEFAULT_CONCURRENCY, EmbeddedSim, Exports, Judge, Limits, Load, RequestShape,
@@ -255,6 +257,8 @@ pub struct RunReport {
     pub warnings: Vec<String>,
     /// The spec's failure threshold.
     pub max_error_rate: f64,
+    /// Each grader's summary, as `result.json` has them (empty without graders; see [`hooks`]).
+    pub grades: Vec<bench_report::grade::GraderSummary>,
 }
 
 impl RunReport {
@@ -334,6 +338,7 @@ async fn launch(
     options: RunOptions,
     mut resume: Option<resume::Resume>,
 ) -> Result<RunHandle, RunError> {
+    let grading = hooks::Grading::new(&spec.graders, &options)?;
     // One descriptor per session in flight (two with the embedded simulator, which holds the
     // other end), plus the run directory's files and some slack.
     let fds_per_session = if spec.is_embedded() { 2 } else { 1 };
@@ -388,7 +393,7 @@ async fn launch(
             return Err(e);
         }
     };
-    Ok(prepared.spawn(spec, options, resume, embedded))
+    Ok(prepared.spawn(spec, options, resume, embedded, grading))
 }
 
 /// Everything set up, before the engine starts.
@@ -564,6 +569,7 @@ impl Prepared {
         options: RunOptions,
         resume: Option<resume::Resume>,
         embedded: Option<SimServer>,
+        grading: Option<Arc<hooks::Grading>>,
     ) -> RunHandle {
         let cfg = self.cfg;
         let progress = Arc::new(ProgressCounters::new(
@@ -623,6 +629,13 @@ impl Prepared {
             let mut observers: Vec<Arc<dyn Observer>> =
                 vec![writer.clone(), prog, events.clone(), phase, beat];
             observers.extend(options.observers.iter().cloned());
+            if let Some(g) = &grading {
+                g.start(&hooks::RunStart {
+                    dir: &dir,
+                    kind: bench_rundir::RunKind::Replay.as_str(),
+                });
+                observers.push(g.clone());
+            }
             let mut outcome =
                 bench_runner::run(plan, client, cfg.clone(), observers, c.token.clone()).await;
             let scrapes = match scraper {
@@ -667,7 +680,16 @@ impl Prepared {
                 result.server =
                     serde_json::to_value(bench_telemetry::summarize(&scrapes)).unwrap_or_default();
             }
+            result.grades = grading.as_ref().map(|g| g.summaries()).unwrap_or_default();
             write_json(&dir.join(files::RESULT), &result)?;
+            if let Some(g) = &grading {
+                g.end(&hooks::RunEnd {
+                    dir: &dir,
+                    stopped_by: by,
+                    reason: &reason,
+                    grades: &result.grades,
+                });
+            }
             let fail = |e: bench_report::export::ExportError| RunError::Failed(e.to_string());
             if let Some(path) = &spec.exports.result_line {
                 let ctx = LineContext {
@@ -694,6 +716,7 @@ impl Prepared {
             let turns_failed = turns.iter().filter(|t| t.status != TurnStatus::Ok).count();
             Ok(RunReport {
                 dir,
+                grades: result.grades.clone(),
                 result,
                 stopped_by: by,
                 reason,

@@ -12,6 +12,7 @@ use bench_workload::plan::PlanConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::RunError;
+use crate::graders::GradersSpec;
 
 /// A whole run. `RunSpec::default()` replays the bundled sample at C = 8 against the embedded
 /// simulator; every field has a default, so `{}` is a valid spec.
@@ -40,11 +41,15 @@ pub struct RunSpec {
     pub judge: Judge,
     /// Extra files written when the run ends.
     pub exports: Exports,
+    /// Built-in graders of every ok turn ([`crate::graders`]; none by default, and then not
+    /// written to `run.json`).
+    #[serde(skip_serializing_if = "GradersSpec::is_empty")]
+    pub graders: GradersSpec,
 }
 
 /// Where requests go.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum Target {
     /// A server at `base_url` (`http://`).
     Url {
@@ -102,7 +107,7 @@ impl Default for EmbeddedSim {
 
 /// How the embedded simulator times its answers.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "mode")]
+#[serde(deny_unknown_fields, rename_all = "snake_case", tag = "mode")]
 pub enum SimLatency {
     /// A continuous-batching step loop with a prefix cache.
     #[default]
@@ -157,7 +162,7 @@ impl EmbeddedSim {
 
 /// How sessions are started.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum Load {
     /// Exactly `concurrency` sessions play at once; a finished session's slot is refilled.
     Closed {
@@ -467,6 +472,7 @@ impl RunSpec {
                 .map_err(|(field, what)| invalid(format!("simulator {field} {what}")))?;
         }
         self.plan.validate().map_err(|e| invalid(e.to_string()))?;
+        self.graders.build()?;
         Ok(())
     }
 
@@ -613,5 +619,41 @@ mod tests {
         let mut s = RunSpec::default();
         s.judge.slo = Some("ttft=fast".into());
         assert!(s.validate().unwrap_err().to_string().starts_with("slo: "));
+        let s: RunSpec =
+            serde_json::from_str(r#"{"graders": {"response": {"regex": "[z-a]"}}}"#).unwrap();
+        let e = s.validate().unwrap_err().to_string();
+        assert!(e.starts_with("graders.response.regex: "), "{e}");
+        let s: RunSpec = serde_json::from_str(r#"{"graders": {"slo": {"tpot_ms": -1}}}"#).unwrap();
+        assert!(matches!(s.validate(), Err(RunError::Invalid(_))));
+    }
+
+    #[test]
+    fn graders_are_recorded_only_when_given() {
+        let v = serde_json::to_value(RunSpec::default()).unwrap();
+        assert!(v.get("graders").is_none(), "{v}");
+        let s: RunSpec = serde_json::from_str(
+            r#"{"graders": {"slo": {"ttft_ms": 500}, "output_length": {"tolerance": 0.05},
+                "response": {"json_schema": {"type": "object"}}}}"#,
+        )
+        .unwrap();
+        s.validate().unwrap();
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            v["graders"],
+            serde_json::json!({"slo": {"ttft_ms": 500.0}, "output_length": {"tolerance": 0.05},
+                "response": {"json_schema": {"type": "object"}}})
+        );
+        assert_eq!(serde_json::from_value::<RunSpec>(v).unwrap(), s);
+        // The example docs/run-api.md shows.
+        let s: RunSpec = serde_json::from_str(
+            r#"{"request": {"content_mode": "model"},
+                "graders": {
+                  "slo": {"ttft_ms": 500, "tpot_ms": 50},
+                  "output_length": {"tolerance": 0.1},
+                  "response": {"json_schema": {"type": "object", "required": ["answer"]}}}}"#,
+        )
+        .unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.graders.build().unwrap().len(), 3);
     }
 }

@@ -78,7 +78,9 @@ pub struct RunJsonHead {
 }
 
 /// What a run directory holds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum RunKind {
     /// A replay of a plan (`bench run`): `turns.jsonl`, `result.json`.

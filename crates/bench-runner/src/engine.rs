@@ -654,6 +654,13 @@ async fn play_session<T: Transport>(
             }
             _ => messages.push_msg(&turn.assistant),
         }
+        // What the server answered, for graders (borrowed: no copy).
+        if let (TurnStatus::Ok, Ok(o)) = (rec.status, &result) {
+            sh.emit(RunEvent::Answer {
+                record: &rec,
+                answer: &o.content,
+            });
+        }
         // The record reaches the observers (and the run directory, the OS) before the next turn.
         sh.turn_finished(rec);
     }

@@ -35,6 +35,16 @@ pub enum RunEvent<'a> {
         /// Its index in the session.
         turn_index: u32,
     },
+    /// An ok turn's answer: the text the server answered (the message content, without any
+    /// reasoning), delivered right before that turn's [`RunEvent::TurnFinished`]. Failed turns
+    /// have none. In trace mode the conversation goes on with the recorded answer anyway; this
+    /// is what the server said.
+    Answer {
+        /// The turn's record (the same one `TurnFinished` carries next).
+        record: &'a TurnRecord,
+        /// What the server answered.
+        answer: &'a str,
+    },
     /// A turn finished (ok or not). Delivered before the session's next turn is sent.
     TurnFinished(&'a TurnRecord),
     /// A session play ended.

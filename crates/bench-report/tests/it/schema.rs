@@ -1,6 +1,7 @@
 //! `result.json`: every stable key is present with the right type, and real output validates
 //! against the committed JSON Schema (`docs/result.schema.json`).
 
+use bench_report::grade::GraderSummary;
 use bench_report::{RunInfo, RunResult, SCHEMA_VERSION, SessionStatus, compute};
 use serde_json::Value;
 
@@ -46,6 +47,30 @@ fn rich() -> RunResult {
         ..RunInfo::default()
     };
     compute(&recs, &sessions, &info)
+}
+
+/// [`rich`] with two graders' summaries, one of which failed.
+fn with_grades() -> RunResult {
+    let mut r = rich();
+    r.grades = vec![
+        GraderSummary {
+            grader: "slo".into(),
+            graded: 48,
+            mean_score: Some(0.75),
+            labels: [("pass".to_owned(), 36), ("fail".to_owned(), 12)].into(),
+            errors: 0,
+            first_error: None,
+        },
+        GraderSummary {
+            grader: "mine".into(),
+            graded: 0,
+            mean_score: None,
+            labels: Default::default(),
+            errors: 48,
+            first_error: Some("panicked: boom".into()),
+        },
+    ];
+    r
 }
 
 const DIST: [&str; 6] = ["p50", "p90", "p95", "p99", "mean", "max"];
@@ -146,8 +171,12 @@ fn every_stable_key_is_present_with_its_type() {
 fn round_trips_through_json() {
     let r = rich();
     let text = serde_json::to_string_pretty(&r).unwrap();
+    assert!(!text.contains("\"grades\""), "no graders, no key");
     let back: RunResult = serde_json::from_str(&text).unwrap();
     assert_eq!(back, r);
+    let r = with_grades();
+    let back: RunResult = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+    assert_eq!(back.grades, r.grades);
 }
 
 #[test]
@@ -170,9 +199,12 @@ fn real_output_validates_against_the_schema() {
         "preemptions": 0.0, "queue_depth_p99": 1.0, "running_mean": 7.63,
         "prefix_cache_ratio": 0.7037
     });
+    // A `grades` block as `bench_run` fills it.
+    let graded = with_grades();
     let cases = [
         rich(),
         scraped,
+        graded,
         compute(&[], &[], &info10()),
         compute(&[turn("a", 0, 0.0)], &[], &info10()),
     ];
@@ -202,5 +234,12 @@ fn schema_rejects_broken_documents() {
     assert!(!validator.is_valid(&bad));
     let mut bad = good;
     bad["overall"]["ttft_ms"]["p50"] = serde_json::json!("fast");
+    assert!(!validator.is_valid(&bad));
+    let mut bad = serde_json::to_value(with_grades()).unwrap();
+    assert!(validator.is_valid(&bad));
+    bad["grades"][0]["mean_score"] = serde_json::json!(1.5);
+    assert!(!validator.is_valid(&bad));
+    let mut bad = serde_json::to_value(with_grades()).unwrap();
+    bad["grades"][1].as_object_mut().unwrap().remove("errors");
     assert!(!validator.is_valid(&bad));
 }

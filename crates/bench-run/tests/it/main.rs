@@ -1,4 +1,6 @@
 //! Integration tests of `bench-run`: the run API against the in-process simulator.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+mod grading;
 mod handle;
+mod journeys;

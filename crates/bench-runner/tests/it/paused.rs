@@ -671,6 +671,73 @@ async fn a_turn_timeout_fails_the_turn_and_the_run_goes_on() {
     assert_eq!(out.elapsed, ms(1000));
 }
 
+/// One `Answer` (with what it carried) or `TurnFinished` (`None`) event: turn, answer, status.
+type AnswerEvent = (u32, Option<String>, TurnStatus);
+
+/// Per session: its `Answer` and `TurnFinished` events, in order.
+#[derive(Default)]
+struct Answers(Mutex<BTreeMap<String, Vec<AnswerEvent>>>);
+
+impl Observer for Answers {
+    fn on_event(&self, e: &RunEvent<'_>) {
+        let (rec, answer) = match e {
+            RunEvent::Answer { record, answer } => (*record, Some((*answer).to_owned())),
+            RunEvent::TurnFinished(record) => (*record, None),
+            _ => return,
+        };
+        let mut m = self.0.lock().unwrap();
+        m.entry(rec.session_id.clone())
+            .or_default()
+            .push((rec.turn_index, answer, rec.status));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_ok_turn_announces_its_answer_right_before_it_finishes() {
+    let fake = Fake::new(|s, k| {
+        if s == "s0" && k == 1 {
+            e2e(2000)
+        } else {
+            e2e(100)
+        }
+    });
+    let mut cfg = RunConfig::new("fake", 2);
+    cfg.turn_timeout = ms(500);
+    let answers = Arc::new(Answers::default());
+    let out = run(
+        plan(sessions(2, 3)),
+        fake.clone(),
+        cfg,
+        vec![answers.clone()],
+        CancelToken::new(),
+    )
+    .await;
+    assert_eq!(out.turns.len(), 6);
+    let tok = Some("tok ".repeat(OUT as usize));
+    let m = answers.0.lock().unwrap();
+    let (ok, timeout) = (TurnStatus::Ok, TurnStatus::Timeout);
+    // The timed-out turn has no answer; every ok one has what the server said, just before
+    // its record.
+    assert_eq!(
+        m["s0"],
+        [
+            (0, tok.clone(), ok),
+            (0, None, ok),
+            (1, None, timeout),
+            (2, tok.clone(), ok),
+            (2, None, ok),
+        ]
+    );
+    assert_eq!(m["s1"].len(), 6);
+    for pair in m["s1"].chunks(2) {
+        assert_eq!(
+            (pair[0].1.as_ref(), pair[1].1.as_ref()),
+            (tok.as_ref(), None)
+        );
+        assert_eq!(pair[0].0, pair[1].0);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_session_timeout_stops_the_session_at_its_next_turn_boundary() {
     let fake = Fake::uniform(100);

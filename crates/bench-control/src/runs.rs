@@ -1,0 +1,1020 @@
+//! Run management: one active run at a time, a bounded in-memory history, and the finished
+//! runs found in the runs directory (after a restart too).
+//!
+//! A run starts through `bench-run` ([`bench_run::start`] for a replay,
+//! [`bench_run::journeys::start_journeys`] for a journeys suite) on a task of its own; its
+//! lifecycle events, a `progress` event a second and sampled `turn.completed` events go into
+//! its [`EventLog`], which ends with `run.completed`, `run.failed` or `run.cancelled`.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bench_report::RunResult;
+use bench_report::grade::GraderSummary;
+use bench_run::hooks::{Grader, Hooks};
+use bench_run::journeys::{JourneysOptions, JourneysSpec};
+use bench_run::{Notice, RunOptions, RunSpec, Snapshot};
+use bench_rundir::{EventLine, LifecycleEvent, RunJsonHead, RunKind, StopBy, files, jsonl};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::ApiError;
+use crate::live::Live;
+use crate::stream::EventLog;
+
+/// Finished runs kept in memory (older ones are read back from their directories).
+pub const RECENT_RUNS: usize = 20;
+
+/// Run directories listed from the runs directory at most (the newest).
+pub const LISTED_FROM_DISK: usize = 200;
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Planning, starting the simulator, waiting for the server.
+    Starting,
+    /// Playing.
+    Running,
+    /// Finished (every session played, or its duration reached).
+    Completed,
+    /// Could not start, or failed.
+    Failed,
+    /// Cancelled: the partial result is written.
+    Cancelled,
+    /// A run directory without a recorded stop: it crashed, or another process runs it.
+    Unfinished,
+}
+
+impl RunStatus {
+    /// It will not change any more.
+    pub fn is_final(self) -> bool {
+        !matches!(self, RunStatus::Starting | RunStatus::Running)
+    }
+
+    fn from_stop(by: StopBy) -> RunStatus {
+        match by {
+            StopBy::Signal | StopBy::Cancelled => RunStatus::Cancelled,
+            StopBy::Error | StopBy::Unknown => RunStatus::Failed,
+            StopBy::Completed | StopBy::Exhausted | StopBy::Duration | StopBy::MaxDuration => {
+                RunStatus::Completed
+            }
+        }
+    }
+
+    fn terminal_event(self) -> &'static str {
+        match self {
+            RunStatus::Cancelled => "run.cancelled",
+            RunStatus::Completed => "run.completed",
+            _ => "run.failed",
+        }
+    }
+}
+
+/// A run as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunView {
+    /// Its id (the name of its directory in the runs directory).
+    pub id: String,
+    /// `replay` or `journeys`.
+    pub kind: RunKind,
+    /// Where it is.
+    pub status: RunStatus,
+    /// When it was created (RFC 3339, UTC).
+    pub created_utc: Option<String>,
+    /// When it ended.
+    pub finished_utc: Option<String>,
+    /// Its run directory.
+    pub dir: String,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// A cancel was asked for.
+    pub cancel_requested: bool,
+    /// The latest `progress` event (while it runs).
+    pub progress: Option<Value>,
+    /// The terminal event's summary (once it ended).
+    pub summary: Option<Value>,
+}
+
+/// How a run ended, as the terminal event and the run object say it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// What stopped it.
+    pub stopped_by: Option<StopBy>,
+    /// In words.
+    pub reason: Option<String>,
+    /// Measured turns (journeys: timed operations).
+    pub turns_total: u64,
+    /// Of those, failed.
+    pub turns_failed: u64,
+    /// Its verdict (`bench run`'s exit status 0); `null` when unknown.
+    pub passed: Option<bool>,
+    /// Why it did not pass.
+    pub verdict: Option<String>,
+    /// Wall time of the measured run, s.
+    pub duration_s: Option<f64>,
+    /// Output tokens per second over the measured run.
+    pub output_tok_s: Option<f64>,
+    /// TTFT p50 of measured ok turns, ms.
+    pub ttft_p50_ms: Option<f64>,
+    /// TTFT p99, ms.
+    pub ttft_p99_ms: Option<f64>,
+    /// TPOT p50, ms.
+    pub tpot_p50_ms: Option<f64>,
+    /// End-to-end p50, ms.
+    pub e2e_p50_ms: Option<f64>,
+    /// Each grader's summary.
+    pub grades: Vec<GraderSummary>,
+    /// Journeys: per journey, successes, failures and p50 (ms) of the median run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub journeys: Option<Value>,
+}
+
+impl Summary {
+    fn from_result(r: &RunResult, stopped_by: Option<StopBy>, reason: Option<String>) -> Summary {
+        let o = &r.overall;
+        Summary {
+            stopped_by,
+            reason,
+            turns_total: r.summary.turns_ok + r.summary.turns_failed,
+            turns_failed: r.summary.turns_failed,
+            passed: None,
+            verdict: None,
+            duration_s: o.span_s,
+            output_tok_s: o.output_throughput_tok_s,
+            ttft_p50_ms: o.ttft_ms.p50,
+            ttft_p99_ms: o.ttft_ms.p99,
+            tpot_p50_ms: o.tpot_ms.p50,
+            e2e_p50_ms: o.e2e_ms.p50,
+            grades: r.grades.clone(),
+            journeys: None,
+        }
+    }
+
+    fn of_journeys(report: &bench_journeys::Report, by: StopBy, problems: &[String]) -> Summary {
+        let mut total = 0;
+        let mut failed = 0;
+        let mut per = serde_json::Map::new();
+        for (name, j) in &report.journeys {
+            let ok: u64 = j.runs.iter().map(|r| r.n_success).sum();
+            let bad: u64 = j.runs.iter().map(|r| r.n_failures).sum();
+            total += ok + bad;
+            failed += bad;
+            per.insert(
+                name.clone(),
+                serde_json::json!({"n_success": ok, "n_failures": bad, "avg_p50_ms": j.summary.avg_p50_ms}),
+            );
+        }
+        Summary {
+            stopped_by: Some(by),
+            reason: None,
+            turns_total: total,
+            turns_failed: failed,
+            passed: Some(problems.is_empty()),
+            verdict: (!problems.is_empty()).then(|| problems.join("; ")),
+            journeys: Some(Value::Object(per)),
+            ..Summary::default()
+        }
+    }
+}
+
+/// Stops a run from the API.
+type CancelFn = Arc<dyn Fn() + Send + Sync>;
+
+#[derive(Default)]
+struct EntryState {
+    status: Option<RunStatus>,
+    finished_utc: Option<String>,
+    error: Option<String>,
+    summary: Option<Value>,
+    cancel: Option<CancelFn>,
+    cancel_requested: bool,
+}
+
+/// A run this process started.
+pub struct RunEntry {
+    /// Its id.
+    pub id: String,
+    /// Replay or journeys.
+    pub kind: RunKind,
+    /// Its run directory.
+    pub dir: PathBuf,
+    /// When it was created.
+    pub created_utc: String,
+    /// Its events.
+    pub log: Arc<EventLog>,
+    /// Its live figures.
+    pub live: Arc<Live>,
+    state: Mutex<EntryState>,
+}
+
+impl std::fmt::Debug for RunEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunEntry")
+            .field("id", &self.id)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunEntry {
+    fn state(&self) -> MutexGuard<'_, EntryState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where it is.
+    pub fn status(&self) -> RunStatus {
+        self.state().status.unwrap_or(RunStatus::Starting)
+    }
+
+    /// The API's view of it.
+    pub fn view(&self) -> RunView {
+        let s = self.state();
+        let status = s.status.unwrap_or(RunStatus::Starting);
+        let progress = if status.is_final() {
+            None
+        } else {
+            self.log
+                .latest("progress")
+                .and_then(|e| serde_json::from_str(&e.json).ok())
+        };
+        RunView {
+            id: self.id.clone(),
+            kind: self.kind,
+            status,
+            created_utc: Some(self.created_utc.clone()),
+            finished_utc: s.finished_utc.clone(),
+            dir: self.dir.display().to_string(),
+            error: s.error.clone(),
+            cancel_requested: s.cancel_requested,
+            progress,
+            summary: s.summary.clone(),
+        }
+    }
+
+    /// Asks it to stop: no new session or turn, turns in flight finish. `false` when it has
+    /// already ended.
+    pub fn cancel(&self) -> bool {
+        let mut s = self.state();
+        if s.status.is_some_and(RunStatus::is_final) {
+            return false;
+        }
+        s.cancel_requested = true;
+        if let Some(c) = s.cancel.clone() {
+            drop(s);
+            c();
+        }
+        true
+    }
+
+    /// The engine runs; `cancel` stops it (at once if a cancel was asked for already).
+    fn running(&self, cancel: CancelFn) {
+        let mut s = self.state();
+        s.status = Some(RunStatus::Running);
+        s.cancel = Some(cancel.clone());
+        let now = s.cancel_requested;
+        drop(s);
+        if now {
+            cancel();
+        }
+    }
+
+    fn cancel_requested(&self) -> bool {
+        self.state().cancel_requested
+    }
+
+    /// Ends it: the terminal event goes out, then the state changes.
+    fn finish(&self, status: RunStatus, summary: Option<Summary>, error: Option<String>) {
+        let summary = summary.and_then(|s| serde_json::to_value(s).ok());
+        let mut fields = serde_json::Map::new();
+        fields.insert("utc".into(), bench_report::export::utc_now().into());
+        fields.insert(
+            "status".into(),
+            serde_json::to_value(status).unwrap_or_default(),
+        );
+        fields.insert("summary".into(), summary.clone().unwrap_or(Value::Null));
+        if let Some(e) = &error {
+            fields.insert("error".into(), e.clone().into());
+        }
+        self.log.push_terminal(status.terminal_event(), &fields);
+        let mut s = self.state();
+        s.status = Some(status);
+        s.finished_utc = Some(bench_report::export::utc_now());
+        s.summary = summary;
+        s.error = error;
+        s.cancel = None;
+    }
+}
+
+/// What `POST /api/runs` asked for.
+pub enum Request {
+    /// A replay.
+    Replay(Box<RunSpec>),
+    /// A journeys suite.
+    Journeys(Box<JourneysSpec>),
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Request::Replay(_) => f.write_str("Request::Replay"),
+            Request::Journeys(_) => f.write_str("Request::Journeys"),
+        }
+    }
+}
+
+/// Parses a `POST /api/runs` body: a run spec, `kind` and `headers` (values never stored).
+pub fn parse_request(body: &[u8]) -> Result<(Request, Vec<(String, String)>), ApiError> {
+    let bad = |m: String| ApiError::new(400, m);
+    let mut value: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(serde_json::Map::new())
+    } else {
+        serde_json::from_slice(body).map_err(|e| bad(format!("the body is not JSON: {e}")))?
+    };
+    let Some(obj) = value.as_object_mut() else {
+        return Err(bad("the run spec must be a JSON object".into()));
+    };
+    let kind = match obj.remove("kind") {
+        None => RunKind::Replay,
+        Some(k) => serde_json::from_value(k.clone()).map_err(|_| {
+            bad(format!(
+                "kind: {k} is not a run kind (expected \"replay\" or \"journeys\")"
+            ))
+        })?,
+    };
+    let headers = match obj.remove("headers") {
+        None => Vec::new(),
+        Some(Value::Object(h)) => {
+            let mut out = Vec::new();
+            for (k, v) in h {
+                let Value::String(v) = v else {
+                    return Err(bad(format!("headers.{k}: the value must be a string")));
+                };
+                if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                    return Err(bad(format!("headers: {k:?} is not a valid header name")));
+                }
+                if http::HeaderValue::from_str(&v).is_err() {
+                    // Never echo the value: it may be a secret.
+                    return Err(bad(format!(
+                        "headers.{k}: the value is not a valid header value"
+                    )));
+                }
+                out.push((k, v));
+            }
+            out
+        }
+        Some(_) => {
+            return Err(bad(
+                "headers: must be an object of header names to values".into()
+            ));
+        }
+    };
+    let value = Value::Object(std::mem::take(obj));
+    let field = |e: serde_path_to_error::Error<serde_json::Error>| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            bad(format!("spec: {inner}"))
+        } else {
+            bad(format!("spec.{path}: {inner}"))
+        }
+    };
+    let req = match kind {
+        RunKind::Replay => {
+            let spec: RunSpec = serde_path_to_error::deserialize(value).map_err(field)?;
+            spec.validate().map_err(|e| bad(e.to_string()))?;
+            Request::Replay(Box::new(spec))
+        }
+        RunKind::Journeys => {
+            let spec: JourneysSpec = serde_path_to_error::deserialize(value).map_err(field)?;
+            spec.validate().map_err(|e| bad(e.to_string()))?;
+            Request::Journeys(Box::new(spec))
+        }
+    };
+    Ok((req, headers))
+}
+
+/// A run id: 1 to 128 of `[A-Za-z0-9._-]`, not starting with `.` (so no id names a path
+/// outside the runs directory).
+pub fn valid_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn new_id() -> String {
+    let stamp = time::OffsetDateTime::now_utc()
+        .format(&time::macros::format_description!(
+            "[year][month][day]T[hour][minute][second]Z"
+        ))
+        .unwrap_or_else(|_| "run".into());
+    format!("{stamp}-{:04x}", rand::random::<u16>())
+}
+
+/// What `bench serve` was started with.
+#[derive(Clone, Default)]
+pub struct ControlConfig {
+    /// Where run directories go.
+    pub runs_dir: PathBuf,
+    /// Called for every run, beside the live figures (your own hooks).
+    pub hooks: Vec<Arc<dyn Hooks>>,
+    /// Added to every replay's graders (after the spec's own).
+    pub graders: Vec<Arc<dyn Grader>>,
+}
+
+impl std::fmt::Debug for ControlConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlConfig")
+            .field("runs_dir", &self.runs_dir)
+            .field("hooks", &self.hooks.len())
+            .field("graders", &self.graders.len())
+            .finish()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    active: Option<Arc<RunEntry>>,
+    recent: VecDeque<Arc<RunEntry>>,
+}
+
+/// The runs of one `bench serve`.
+pub struct Control {
+    cfg: ControlConfig,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A run found by id.
+#[derive(Debug)]
+pub enum Found {
+    /// Started by this process.
+    Live(Arc<RunEntry>),
+    /// Read from its run directory.
+    Disk(Box<DiskRun>),
+}
+
+impl Found {
+    /// The API's view.
+    pub fn view(&self) -> RunView {
+        match self {
+            Found::Live(e) => e.view(),
+            Found::Disk(d) => d.view.clone(),
+        }
+    }
+
+    /// Its run directory.
+    pub fn dir(&self) -> &Path {
+        match self {
+            Found::Live(e) => &e.dir,
+            Found::Disk(d) => &d.dir,
+        }
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> RunKind {
+        match self {
+            Found::Live(e) => e.kind,
+            Found::Disk(d) => d.view.kind,
+        }
+    }
+
+    /// Its event log: the live one, or one rebuilt from `events.jsonl` (ids 1.. in file order,
+    /// then the terminal event when a stop is recorded).
+    pub fn log(&self) -> Arc<EventLog> {
+        match self {
+            Found::Live(e) => e.log.clone(),
+            Found::Disk(d) => Arc::new(d.log()),
+        }
+    }
+}
+
+/// A run read back from its directory.
+#[derive(Debug, Clone)]
+pub struct DiskRun {
+    /// The view.
+    pub view: RunView,
+    /// Its directory.
+    pub dir: PathBuf,
+    events: Vec<EventLine>,
+}
+
+impl DiskRun {
+    /// Reads `dir` (named `id`); `None` when it is not a run directory.
+    pub fn read(id: &str, dir: &Path) -> Option<DiskRun> {
+        let head: RunJsonHead =
+            serde_json::from_slice(&std::fs::read(dir.join(files::RUN_JSON)).ok()?).ok()?;
+        let events = jsonl::read::<EventLine>(&dir.join(files::EVENTS))
+            .map(|l| l.records)
+            .unwrap_or_default();
+        // A stop counts only after the latest start or resume.
+        let last_open = events.iter().rposition(|e| {
+            matches!(
+                e.event,
+                LifecycleEvent::Started(_) | LifecycleEvent::Resumed(_)
+            )
+        });
+        let stop = events
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(i, e)| match &e.event {
+                LifecycleEvent::Stopped { by, reason } if last_open.is_none_or(|o| i > o) => {
+                    Some((*by, reason.clone(), e.utc.clone()))
+                }
+                _ => None,
+            });
+        let status = stop.as_ref().map_or(RunStatus::Unfinished, |(by, _, _)| {
+            RunStatus::from_stop(*by)
+        });
+        let summary = stop.as_ref().and_then(|(by, reason, _)| {
+            disk_summary(dir, head.kind, *by, reason).and_then(|s| serde_json::to_value(s).ok())
+        });
+        Some(DiskRun {
+            view: RunView {
+                id: id.to_owned(),
+                kind: head.kind,
+                status,
+                created_utc: events.first().map(|e| e.utc.clone()),
+                finished_utc: stop.map(|s| s.2),
+                dir: dir.display().to_string(),
+                error: None,
+                cancel_requested: false,
+                progress: None,
+                summary,
+            },
+            dir: dir.to_owned(),
+            events,
+        })
+    }
+
+    fn log(&self) -> EventLog {
+        let log = EventLog::default();
+        for e in &self.events {
+            push_lifecycle(&log, e);
+        }
+        if self.view.status.is_final() {
+            let mut fields = serde_json::Map::new();
+            fields.insert(
+                "utc".into(),
+                self.view.finished_utc.clone().unwrap_or_default().into(),
+            );
+            fields.insert(
+                "status".into(),
+                serde_json::to_value(self.view.status).unwrap_or_default(),
+            );
+            fields.insert(
+                "summary".into(),
+                self.view.summary.clone().unwrap_or(Value::Null),
+            );
+            log.push_terminal(self.view.status.terminal_event(), &fields);
+        } else {
+            log.close();
+        }
+        log
+    }
+}
+
+/// The fields of `run.json` a summary needs.
+#[derive(serde::Deserialize)]
+struct SpecHead {
+    #[serde(default)]
+    spec: Option<Value>,
+}
+
+fn disk_summary(dir: &Path, kind: RunKind, by: StopBy, reason: &str) -> Option<Summary> {
+    match kind {
+        RunKind::Replay => {
+            let r: RunResult =
+                serde_json::from_slice(&std::fs::read(dir.join(files::RESULT)).ok()?).ok()?;
+            let mut s = Summary::from_result(&r, Some(by), Some(reason.to_owned()));
+            // The verdict, as bench run judged it: the spec's error threshold.
+            let spec = std::fs::read(dir.join(files::RUN_JSON))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<SpecHead>(&b).ok())
+                .and_then(|h| h.spec)
+                .and_then(|v| serde_json::from_value::<RunSpec>(v).ok());
+            if let Some(spec) = spec {
+                let v = verdict(s.turns_total, s.turns_failed, spec.judge.max_error_rate);
+                s.passed = Some(v.is_none());
+                s.verdict = v;
+            }
+            Some(s)
+        }
+        RunKind::Journeys => {
+            let r = bench_journeys::Report::read(&dir.join(files::JOURNEYS_REPORT)).ok()?;
+            let mut s = Summary::of_journeys(&r, by, &r.setup_failures());
+            s.reason = Some(reason.to_owned());
+            Some(s)
+        }
+    }
+}
+
+fn verdict(total: u64, failed: u64, max_error_rate: f64) -> Option<String> {
+    if total == 0 {
+        return Some("no turn was played".into());
+    }
+    let rate = failed as f64 / total as f64;
+    (rate > max_error_rate).then(|| {
+        format!(
+            "{failed} of {total} turns failed ({:.1}%), above max_error_rate {max_error_rate}",
+            rate * 100.0
+        )
+    })
+}
+
+/// A lifecycle event into the log, as `events.jsonl` has it (its `event` is the type).
+fn push_lifecycle(log: &EventLog, e: &EventLine) {
+    if let Ok(Value::Object(mut obj)) = serde_json::to_value(e) {
+        let kind = match obj.remove("event") {
+            Some(Value::String(k)) => k,
+            _ => "other".into(),
+        };
+        log.push(&kind, &obj);
+    }
+}
+
+#[derive(Serialize)]
+struct ProgressEvent<'a> {
+    utc: String,
+    elapsed_s: f64,
+    warmup: bool,
+    turns_done: u64,
+    turns_planned: Option<u64>,
+    turns_failed: u64,
+    sessions_done: u64,
+    active: u32,
+    concurrency: u32,
+    in_flight: i64,
+    output_tok_s: Option<f64>,
+    ttft_p50_ms: Option<f64>,
+    ttft_p99_ms: Option<f64>,
+    errors_by_kind: &'a std::collections::BTreeMap<&'static str, u64>,
+    fraction: Option<f64>,
+    turn_events_skipped: u64,
+}
+
+fn push_progress(log: &EventLog, live: &Live, s: &Snapshot) {
+    let (p50, p99) = live.ttft_p50_p99();
+    let errors = live.errors_by_kind();
+    log.push(
+        "progress",
+        &ProgressEvent {
+            utc: bench_report::export::utc_now(),
+            elapsed_s: s.elapsed.as_secs_f64(),
+            warmup: s.warmup,
+            turns_done: s.turns_done,
+            turns_planned: s.turns_planned,
+            turns_failed: s.turns_failed,
+            sessions_done: s.sessions_done,
+            active: s.active,
+            concurrency: s.concurrency,
+            in_flight: live.in_flight(),
+            output_tok_s: s.output_tok_s,
+            ttft_p50_ms: p50,
+            ttft_p99_ms: p99,
+            errors_by_kind: &errors,
+            fraction: s.fraction(),
+            turn_events_skipped: live.turn_events_skipped(),
+        },
+    );
+}
+
+impl Control {
+    /// A control plane keeping its runs under `cfg.runs_dir`.
+    pub fn new(cfg: ControlConfig) -> Arc<Control> {
+        Arc::new(Control {
+            cfg,
+            state: Mutex::default(),
+        })
+    }
+
+    /// Where runs go.
+    pub fn runs_dir(&self) -> &Path {
+        &self.cfg.runs_dir
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The active run, if any.
+    pub fn active(&self) -> Option<Arc<RunEntry>> {
+        self.state().active.clone()
+    }
+
+    /// The active run, else the latest one this process started.
+    pub fn current(&self) -> Option<Arc<RunEntry>> {
+        let s = self.state();
+        s.active.clone().or_else(|| s.recent.front().cloned())
+    }
+
+    /// Starts a run from a `POST /api/runs` body: 201 material, or 400 (bad spec) / 409
+    /// (another run is active).
+    pub fn start(self: &Arc<Self>, body: &[u8]) -> Result<Arc<RunEntry>, ApiError> {
+        let (req, headers) = parse_request(body)?;
+        let kind = match &req {
+            Request::Replay(_) => RunKind::Replay,
+            Request::Journeys(_) => RunKind::Journeys,
+        };
+        let entry = {
+            let mut s = self.state();
+            if let Some(a) = &s.active {
+                return Err(ApiError::new(
+                    409,
+                    format!(
+                        "run {} is active (one run at a time): cancel it (POST /api/runs/{}/cancel) or wait for it to end",
+                        a.id, a.id
+                    ),
+                )
+                .with_active(&a.id));
+            }
+            let mut id = new_id();
+            while self.cfg.runs_dir.join(&id).exists() {
+                id = new_id();
+            }
+            let log = Arc::new(EventLog::default());
+            let entry = Arc::new(RunEntry {
+                dir: self.cfg.runs_dir.join(&id),
+                live: Arc::new(Live::new(&id, kind.as_str(), log.clone())),
+                id,
+                kind,
+                created_utc: bench_report::export::utc_now(),
+                log,
+                state: Mutex::default(),
+            });
+            s.active = Some(entry.clone());
+            entry
+        };
+        let spec = match &req {
+            Request::Replay(s) => serde_json::to_value(s),
+            Request::Journeys(s) => serde_json::to_value(s),
+        }
+        .unwrap_or_default();
+        entry.log.push(
+            "run.created",
+            &serde_json::json!({
+                "utc": entry.created_utc,
+                "run_id": entry.id,
+                "kind": kind,
+                "spec": spec,
+                "header_names": headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            }),
+        );
+        let me = self.clone();
+        let e = entry.clone();
+        tokio::spawn(async move {
+            match req {
+                Request::Replay(spec) => me.drive_replay(&e, *spec, headers).await,
+                Request::Journeys(spec) => me.drive_journeys(&e, *spec, headers).await,
+            }
+            me.retire(&e);
+        });
+        Ok(entry)
+    }
+
+    fn retire(&self, entry: &Arc<RunEntry>) {
+        let mut s = self.state();
+        if s.active.as_ref().is_some_and(|a| Arc::ptr_eq(a, entry)) {
+            s.active = None;
+        }
+        s.recent.push_front(entry.clone());
+        s.recent.truncate(RECENT_RUNS);
+    }
+
+    fn notices(log: &Arc<EventLog>) -> Arc<dyn Fn(Notice) + Send + Sync> {
+        let log = log.clone();
+        Arc::new(move |n: Notice| {
+            let (level, message) = match n {
+                Notice::Info(m) => ("info", m),
+                Notice::Warning(m) => ("warning", m),
+            };
+            log.push(
+                "notice",
+                &serde_json::json!({"utc": bench_report::export::utc_now(), "level": level, "message": message}),
+            );
+        })
+    }
+
+    async fn drive_replay(&self, entry: &RunEntry, spec: RunSpec, headers: Vec<(String, String)>) {
+        let mut hooks: Vec<Arc<dyn Hooks>> = vec![entry.live.clone()];
+        hooks.extend(self.cfg.hooks.iter().cloned());
+        let options = RunOptions {
+            run_dir: Some(entry.dir.clone()),
+            headers,
+            observers: vec![entry.live.clone()],
+            notices: Some(Self::notices(&entry.log)),
+            hooks,
+            graders: self.cfg.graders.clone(),
+            ..RunOptions::default()
+        };
+        let max_error_rate = spec.judge.max_error_rate;
+        let handle = match bench_run::start(spec, options).await {
+            Ok(h) => h,
+            Err(e) => {
+                entry.finish(RunStatus::Failed, None, Some(e.to_string()));
+                return;
+            }
+        };
+        let canceller = handle.canceller();
+        entry.running(Arc::new(move || {
+            canceller.cancel(bench_run::CancelledBy::Caller)
+        }));
+        let (history, rx) = handle.events_with_history();
+        for e in &history {
+            push_lifecycle(&entry.log, e);
+        }
+        let counters = handle.progress_counters();
+        let log = entry.log.clone();
+        let live = entry.live.clone();
+        let tick = move || push_progress(&log, &live, &counters.snapshot_now());
+        let result = follow(&entry.log, rx, handle.wait(), tick).await;
+        match result {
+            Ok(report) => {
+                let status = RunStatus::from_stop(report.stopped_by);
+                let mut s = Summary::from_result(
+                    &report.result,
+                    Some(report.stopped_by),
+                    Some(report.reason.clone()),
+                );
+                let v = report.verdict().err();
+                s.passed = Some(v.is_none());
+                s.verdict = v;
+                let _ = max_error_rate;
+                entry.finish(status, Some(s), None);
+            }
+            Err(e) => entry.finish(RunStatus::Failed, None, Some(e.to_string())),
+        }
+    }
+
+    async fn drive_journeys(
+        &self,
+        entry: &RunEntry,
+        spec: JourneysSpec,
+        headers: Vec<(String, String)>,
+    ) {
+        let mut hooks: Vec<Arc<dyn Hooks>> = vec![entry.live.clone()];
+        hooks.extend(self.cfg.hooks.iter().cloned());
+        let log = entry.log.clone();
+        let on_run = move |name: &str, row: &bench_journeys::RunRow| {
+            log.push(
+                "journey.run",
+                &serde_json::json!({
+                    "utc": bench_report::export::utc_now(),
+                    "journey": name,
+                    "run": row.run,
+                    "n_success": row.n_success,
+                    "n_failures": row.n_failures,
+                    "p50_ms": row.p50_ms,
+                    "p99_ms": row.p99_ms,
+                    "setup_failure": row.setup_failure,
+                }),
+            );
+        };
+        let options = JourneysOptions {
+            run_dir: Some(entry.dir.clone()),
+            headers,
+            hooks,
+            on_run: Some(Arc::new(on_run)),
+            notices: Some(Self::notices(&entry.log)),
+        };
+        let handle = match bench_run::journeys::start_journeys(spec, options).await {
+            Ok(h) => h,
+            Err(e) => {
+                entry.finish(RunStatus::Failed, None, Some(e.to_string()));
+                return;
+            }
+        };
+        let cancel = handle.canceller();
+        entry.running(Arc::new(move || {
+            cancel.cancel(bench_run::CancelledBy::Caller)
+        }));
+        let (history, rx) = handle.events_with_history();
+        for e in &history {
+            push_lifecycle(&entry.log, e);
+        }
+        let result = follow(&entry.log, rx, handle.wait(), || {}).await;
+        match result {
+            Ok(r) => {
+                let status = if entry.cancel_requested() {
+                    RunStatus::Cancelled
+                } else {
+                    RunStatus::from_stop(r.stopped_by)
+                };
+                let s = Summary::of_journeys(&r.report, r.stopped_by, &r.problems);
+                entry.finish(status, Some(s), None);
+            }
+            Err(e) => entry.finish(RunStatus::Failed, None, Some(e.to_string())),
+        }
+    }
+
+    /// Finds a run: this process's, else its directory. 400 for an invalid id, 404 when none.
+    pub fn find(&self, id: &str) -> Result<Found, ApiError> {
+        if !valid_id(id) {
+            return Err(ApiError::new(
+                400,
+                format!(
+                    "{id:?} is not a run id (letters, digits, '.', '_', '-'; not starting with '.')"
+                ),
+            ));
+        }
+        {
+            let s = self.state();
+            if let Some(e) = s.active.iter().chain(s.recent.iter()).find(|e| e.id == id) {
+                return Ok(Found::Live(e.clone()));
+            }
+        }
+        DiskRun::read(id, &self.cfg.runs_dir.join(id))
+            .map(|d| Found::Disk(Box::new(d)))
+            .ok_or_else(|| ApiError::new(404, format!("no run {id}")))
+    }
+
+    /// Every run: the active one, the recent ones, then those in the runs directory, newest
+    /// first.
+    pub fn list(&self) -> Vec<RunView> {
+        let live: Vec<Arc<RunEntry>> = {
+            let s = self.state();
+            s.active.iter().chain(s.recent.iter()).cloned().collect()
+        };
+        let mut out: Vec<RunView> = live.iter().map(|e| e.view()).collect();
+        let mut names: Vec<String> = std::fs::read_dir(&self.cfg.runs_dir)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| valid_id(n) && !live.iter().any(|e| &e.id == n))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort_unstable_by(|a, b| b.cmp(a));
+        for n in names.into_iter().take(LISTED_FROM_DISK) {
+            if let Some(d) = DiskRun::read(&n, &self.cfg.runs_dir.join(&n)) {
+                out.push(d.view);
+            }
+        }
+        out.sort_by(|a, b| b.created_utc.cmp(&a.created_utc));
+        out
+    }
+
+    /// Cancels the active run (for a shutdown) and waits until it has ended.
+    pub async fn shutdown(&self) {
+        let Some(a) = self.active() else { return };
+        a.cancel();
+        while !a.log.is_closed() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Forwards lifecycle events and ticks progress until the run ends; then the rest of the
+/// events. Returns the run's outcome.
+async fn follow<T>(
+    log: &EventLog,
+    mut rx: broadcast::Receiver<EventLine>,
+    wait: impl std::future::Future<Output = T>,
+    tick: impl Fn(),
+) -> T {
+    tokio::pin!(wait);
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    every.tick().await;
+    let mut open = true;
+    let out = loop {
+        tokio::select! {
+            r = &mut wait => break r,
+            ev = rx.recv(), if open => match ev {
+                Ok(e) => push_lifecycle(log, &e),
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    log.push("notice", &serde_json::json!({
+                        "utc": bench_report::export::utc_now(),
+                        "level": "warning",
+                        "message": format!("{n} lifecycle events were missed (they are in events.jsonl)"),
+                    }));
+                }
+                Err(broadcast::error::RecvError::Closed) => open = false,
+            },
+            _ = every.tick() => tick(),
+        }
+    };
+    // The run has ended: what it emitted last (its stop) is in the channel already.
+    loop {
+        match rx.try_recv() {
+            Ok(e) => push_lifecycle(log, &e),
+            Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
+            Err(_) => break,
+        }
+    }
+    tick();
+    out
+}

@@ -1,0 +1,402 @@
+//! The runs API: start, 409, cancel, result, list after a restart, the token, run ids, body
+//! limits, graders, Prometheus.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bench_control::ServeConfig;
+use bench_report::RunResult;
+use bench_run::hooks::{Grade, Grader, TurnView};
+use bench_rundir::{TurnRecord, files, jsonl};
+
+use crate::{LONG, SHORT, Serve, parse_sse, runs_dir};
+
+async fn until_turns(serve: &Serve, id: &str, n: u64) {
+    let t0 = Instant::now();
+    loop {
+        let (_, v) = serve.json("GET", &format!("/api/runs/{id}"), "").await;
+        if v["progress"]["turns_done"].as_u64().unwrap_or(0) >= n {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no progress: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `{}` replays the bundled sample against the embedded simulator; a second start while it
+/// runs is 409 naming it; cancel lets turns in flight finish and finalizes the partial result,
+/// marked cancelled; the stream ends with run.cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_run_at_a_time_and_cancel_finalizes_a_partial_result() {
+    let dir = runs_dir("cancel");
+    let serve = Serve::with_dir(&dir).await;
+    let id = serve.start_run(LONG).await;
+    let (s, v) = serve.json("POST", "/api/runs", "{}").await;
+    assert_eq!(s, 409, "{v}");
+    assert_eq!(v["active"], id.as_str());
+    assert!(v["error"].as_str().unwrap().contains(&id), "{v}");
+    until_turns(&serve, &id, 4).await;
+    let (s, v) = serve
+        .json("POST", &format!("/api/runs/{id}/cancel"), "")
+        .await;
+    assert_eq!(s, 202, "{v}");
+    assert_eq!(v["cancel_requested"], true);
+    let v = serve.until_ended(&id).await;
+    assert_eq!(v["status"], "cancelled", "{v}");
+    assert_eq!(v["summary"]["stopped_by"], "cancelled", "{v}");
+    // The partial result is written, typed, and covers fewer turns than planned (240).
+    let (s, _, body) = serve
+        .call("GET", &format!("/api/runs/{id}/result"), &[], "")
+        .await;
+    assert_eq!(s, 200);
+    let result: RunResult = serde_json::from_slice(&body).unwrap();
+    let turns = result.summary.turns_ok + result.summary.turns_failed;
+    assert!((4..240).contains(&turns), "{turns}");
+    // Turns in flight finished: every record ends ok, none cut.
+    let records = jsonl::read::<TurnRecord>(&dir.join(&id).join(files::TURNS)).unwrap();
+    assert_eq!(records.records.len() as u64, turns);
+    assert!(records.records.iter().all(|t| t.error_kind.is_none()));
+    let (_, _, body) = serve
+        .call("GET", &format!("/api/runs/{id}/events"), &[], "")
+        .await;
+    let (events, _) = parse_sse(std::str::from_utf8(&body).unwrap());
+    let last = events.last().unwrap();
+    assert_eq!(last.data["event"], "run.cancelled");
+    assert_eq!(last.data["summary"]["turns_total"], turns);
+    // Cancelling again is 409; a new run may start.
+    let (s, _) = serve
+        .json("POST", &format!("/api/runs/{id}/cancel"), "")
+        .await;
+    assert_eq!(s, 409);
+    let next = serve.start_run(SHORT).await;
+    assert_eq!(serve.until_ended(&next).await["status"], "completed");
+    serve.stop().await;
+}
+
+/// Finished runs stay readable from their directories after a restart: listed, with their
+/// summary, result and a replayed stream that ends with the terminal event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_runs_are_read_back_after_a_restart() {
+    let dir = runs_dir("restart");
+    let serve = Serve::with_dir(&dir).await;
+    let id = serve.start_run(SHORT).await;
+    let before = serve.until_ended(&id).await;
+    assert_eq!(before["status"], "completed");
+    serve.stop().await;
+
+    let serve = Serve::with_dir(&dir).await;
+    let (s, v) = serve.json("GET", "/api/runs", "").await;
+    assert_eq!(s, 200);
+    assert_eq!(v["active"], serde_json::Value::Null);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{v}");
+    assert_eq!(runs[0]["id"], id.as_str());
+    assert_eq!(runs[0]["status"], "completed");
+    assert_eq!(runs[0]["kind"], "replay");
+    assert_eq!(runs[0]["summary"]["turns_total"], 32);
+    assert_eq!(runs[0]["summary"]["passed"], true);
+    assert_eq!(
+        runs[0]["summary"]["ttft_p50_ms"], before["summary"]["ttft_p50_ms"],
+        "the same figures as the live summary"
+    );
+    let (s, _, body) = serve
+        .call("GET", &format!("/api/runs/{id}/result"), &[], "")
+        .await;
+    assert_eq!(s, 200);
+    serde_json::from_slice::<RunResult>(&body).unwrap();
+    let (_, _, body) = serve
+        .call("GET", &format!("/api/runs/{id}/events"), &[], "")
+        .await;
+    let (events, _) = parse_sse(std::str::from_utf8(&body).unwrap());
+    let ids: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
+    assert_eq!(ids, (1..=events.len() as u64).collect::<Vec<_>>());
+    assert_eq!(events[0].data["event"], "run.started");
+    assert_eq!(events.last().unwrap().data["event"], "run.completed");
+    let (s, _) = serve
+        .json("GET", "/api/runs/20990101T000000Z-dead", "")
+        .await;
+    assert_eq!(s, 404);
+    serve.stop().await;
+}
+
+/// With a token, every API route, the stream and /metrics answer 401 without it; the
+/// dashboard's files need none; a public address needs a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_guards_every_api_route_the_stream_and_metrics() {
+    let dir = runs_dir("token");
+    let serve = Serve::start(ServeConfig {
+        runs_dir: dir.clone(),
+        token: Some("s3cret-token".into()),
+        ..Default::default()
+    })
+    .await;
+    for (m, p) in [
+        ("GET", "/api/runs"),
+        ("POST", "/api/runs"),
+        ("GET", "/api/runs/x"),
+        ("GET", "/api/runs/x/events"),
+        ("GET", "/api/runs/x/result"),
+        ("POST", "/api/runs/x/cancel"),
+        ("GET", "/metrics"),
+    ] {
+        let (s, _, b) = serve.call(m, p, &[], "{}").await;
+        assert_eq!(s, 401, "{m} {p}");
+        let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+        assert!(v["error"].as_str().unwrap().contains("token"), "{v}");
+        let (s, _, _) = serve
+            .call(m, p, &[("authorization", "Bearer wrong-token!")], "{}")
+            .await;
+        assert_eq!(s, 401, "{m} {p} with a wrong token");
+    }
+    let auth = [("authorization", "Bearer s3cret-token")];
+    let (s, _, _) = serve.call("GET", "/api/runs", &auth, "").await;
+    assert_eq!(s, 200);
+    let (s, _, _) = serve
+        .call("GET", "/api/runs?access_token=s3cret-token", &[], "")
+        .await;
+    assert_eq!(s, 200, "EventSource's query form");
+    let (s, _, _) = serve.call("GET", "/metrics", &auth, "").await;
+    assert_eq!(s, 200);
+    for p in ["/", "/assets/app.js", "/assets/style.css", "/healthz"] {
+        let (s, _, _) = serve.call("GET", p, &[], "").await;
+        assert_eq!(s, 200, "{p}");
+    }
+    serve.stop().await;
+    let public = bench_control::Server::bind(ServeConfig {
+        bind: "0.0.0.0:0".parse().unwrap(),
+        runs_dir: dir,
+        ..Default::default()
+    })
+    .await;
+    let err = public.unwrap_err().to_string();
+    assert!(err.contains("--token"), "{err}");
+}
+
+/// Run ids that look like paths are refused before any file is touched; bad specs and bodies
+/// get one-line JSON errors naming the problem; header values never come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_ids_specs_and_bodies_are_refused_clearly() {
+    let dir = runs_dir("bad-input");
+    std::fs::create_dir_all(&dir).unwrap();
+    let serve = Serve::with_dir(&dir).await;
+    for p in [
+        "/api/runs/..",
+        "/api/runs/..%2F..%2Fetc%2Fpasswd",
+        "/api/runs/.hidden/result",
+        "/api/runs/a%00b/events",
+    ] {
+        let (s, v) = serve.json("GET", p, "").await;
+        assert_eq!(s, 400, "{p}: {v}");
+        assert!(v["error"].as_str().unwrap().contains("not a run id"), "{v}");
+    }
+    let (s, v) = serve.json("POST", "/api/runs", "[1]").await;
+    assert_eq!(
+        (s, v["error"].as_str().unwrap()),
+        (400, "the run spec must be a JSON object")
+    );
+    let (s, v) = serve.json("POST", "/api/runs", "{\"lod\": 3}").await;
+    assert_eq!(s, 400);
+    let msg = v["error"].as_str().unwrap();
+    assert!(msg.starts_with("spec"), "{msg}");
+    assert!(msg.contains("unknown field `lod`"), "{msg}");
+    let (s, v) = serve
+        .json(
+            "POST",
+            "/api/runs",
+            "{\"load\": {\"closed\": {\"concurrency\": \"x\"}}}",
+        )
+        .await;
+    assert_eq!(s, 400);
+    let msg = v["error"].as_str().unwrap();
+    assert!(msg.starts_with("spec.load.closed.concurrency:"), "{msg}");
+    let (s, v) = serve
+        .json("POST", "/api/runs", "{\"kind\": \"sweep\"}")
+        .await;
+    assert_eq!(s, 400);
+    assert!(v["error"].as_str().unwrap().starts_with("kind:"), "{v}");
+    let (s, v) = serve.json("POST", "/api/runs", "{not json").await;
+    assert_eq!(s, 400);
+    assert!(v["error"].as_str().unwrap().contains("not JSON"), "{v}");
+    let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(2 << 20));
+    let (s, v) = serve.json("POST", "/api/runs", &big).await;
+    assert_eq!(s, 413, "{v}");
+    let (s, _) = serve.json("DELETE", "/api/runs", "").await;
+    assert_eq!(s, 405);
+    let (s, _) = serve.json("GET", "/api/nothing", "").await;
+    assert_eq!(s, 404);
+    // A header value is a secret: neither the run object, the stream, nor the run directory
+    // has it.
+    let spec = SHORT.replacen(
+        '{',
+        "{\"headers\": {\"x-api-key\": \"sk-very-secret-42\"},",
+        1,
+    );
+    let id = serve.start_run(&spec).await;
+    serve.until_ended(&id).await;
+    let (_, _, a) = serve.call("GET", &format!("/api/runs/{id}"), &[], "").await;
+    let (_, _, b) = serve
+        .call("GET", &format!("/api/runs/{id}/events"), &[], "")
+        .await;
+    let (_, _, c) = serve.call("GET", "/api/runs", &[], "").await;
+    for body in [a, b.clone(), c] {
+        assert!(!String::from_utf8_lossy(&body).contains("sk-very-secret-42"));
+    }
+    assert!(
+        String::from_utf8_lossy(&b).contains("x-api-key"),
+        "the name is kept"
+    );
+    for f in std::fs::read_dir(dir.join(&id)).unwrap() {
+        let text = std::fs::read(f.unwrap().path()).unwrap();
+        assert!(!String::from_utf8_lossy(&text).contains("sk-very-secret-42"));
+    }
+    serve.stop().await;
+}
+
+struct Panics;
+impl Grader for Panics {
+    fn name(&self) -> &str {
+        "panics"
+    }
+    fn grade(&self, _: &TurnView<'_>) -> Result<Option<Grade>, String> {
+        panic!("this grader is broken")
+    }
+}
+
+struct Counts(AtomicU64);
+impl Grader for Counts {
+    fn name(&self) -> &str {
+        "counts"
+    }
+    fn grade(&self, t: &TurnView<'_>) -> Result<Option<Grade>, String> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Grade {
+            score: 1.0,
+            label: "seen".into(),
+            notes: Some(format!("turn {}", t.record.turn_index)),
+        }))
+    }
+}
+
+/// A grader that panics is reported and skipped; it never fails the run; the other graders'
+/// grades reach result.json, the stream and the summary. /metrics is Prometheus text with the
+/// run's counters and histograms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_grader_never_fails_the_run_and_grades_reach_result_stream_and_metrics() {
+    let dir = runs_dir("graders");
+    let counts = Arc::new(Counts(AtomicU64::new(0)));
+    let control = bench_control::ControlConfig {
+        graders: vec![Arc::new(Panics), counts.clone()],
+        ..Default::default()
+    };
+    let serve = Serve::start(ServeConfig {
+        runs_dir: dir.clone(),
+        control,
+        ..Default::default()
+    })
+    .await;
+    let spec = SHORT.replacen('{', "{\"graders\": {\"slo\": {\"ttft_ms\": 10000}},", 1);
+    let id = serve.start_run(&spec).await;
+    let v = serve.until_ended(&id).await;
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(v["summary"]["passed"], true, "{v}");
+    assert_eq!(counts.0.load(Ordering::Relaxed), 32);
+    let grades = v["summary"]["grades"].as_array().unwrap();
+    let by = |n: &str| grades.iter().find(|g| g["grader"] == n).unwrap().clone();
+    assert_eq!(by("slo")["graded"], 32);
+    assert_eq!(by("slo")["labels"]["pass"], 32);
+    assert_eq!(by("counts")["graded"], 32);
+    assert_eq!(by("panics")["graded"], 0);
+    assert_eq!(by("panics")["errors"], 32);
+    assert!(
+        by("panics")["first_error"]
+            .as_str()
+            .unwrap()
+            .contains("broken")
+    );
+    let result: RunResult =
+        serde_json::from_slice(&std::fs::read(dir.join(&id).join(files::RESULT)).unwrap()).unwrap();
+    assert_eq!(result.grades.len(), 3);
+    let (_, _, body) = serve
+        .call("GET", &format!("/api/runs/{id}/events"), &[], "")
+        .await;
+    let (events, _) = parse_sse(std::str::from_utf8(&body).unwrap());
+    let turn = events
+        .iter()
+        .find(|e| e.data["event"] == "turn.completed")
+        .unwrap();
+    let g: Vec<&str> = turn.data["grades"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["grader"].as_str().unwrap())
+        .collect();
+    assert_eq!(g, ["slo", "counts"], "the panicking grader is skipped");
+    let warned = events
+        .iter()
+        .filter(|e| {
+            e.data["event"] == "notice" && e.data["message"].as_str().unwrap().contains("panics")
+        })
+        .count();
+    assert_eq!(warned, 1, "reported once");
+    // Prometheus text for the (latest) run.
+    let (s, h, body) = serve.call("GET", "/metrics", &[], "").await;
+    assert_eq!(s, 200);
+    assert!(
+        h["content-type"]
+            .to_str()
+            .unwrap()
+            .contains("openmetrics-text")
+    );
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
+    let value = |name: &str| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name)
+            .map(|s| s.value.clone())
+    };
+    assert!(
+        matches!(
+            value("bench_turns_total"),
+            Some(prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v)) if v == 32.0
+        ),
+        "{text}"
+    );
+    assert!(text.contains("bench_ttft_milliseconds_bucket"), "{text}");
+    assert!(text.contains(&format!("run_id=\"{id}\"")), "{text}");
+    assert!(text.contains("bench_turns_in_flight 0"), "{text}");
+    serve.stop().await;
+}
+
+/// A journeys suite runs through the same API and streams `journey.run` events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journeys_suite_runs_through_the_api() {
+    let dir = runs_dir("journeys");
+    let serve = Serve::with_dir(&dir).await;
+    let id = serve
+        .start_run(
+            r#"{"kind": "journeys", "journeys": ["list_models"], "iterations": 5, "warmup": 1}"#,
+        )
+        .await;
+    let v = serve.until_ended(&id).await;
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(v["kind"], "journeys");
+    assert_eq!(v["summary"]["turns_total"], 5, "{v}");
+    assert_eq!(v["summary"]["passed"], true, "{v}");
+    let (s, _, body) = serve
+        .call("GET", &format!("/api/runs/{id}/result"), &[], "")
+        .await;
+    assert_eq!(s, 200);
+    let report: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(report["journeys"]["list_models"].is_object(), "{report}");
+    let (_, _, body) = serve
+        .call("GET", &format!("/api/runs/{id}/events"), &[], "")
+        .await;
+    let (events, _) = parse_sse(std::str::from_utf8(&body).unwrap());
+    assert!(events.iter().any(|e| e.data["event"] == "journey.run"));
+    assert_eq!(events.last().unwrap().data["event"], "run.completed");
+    serve.stop().await;
+}
