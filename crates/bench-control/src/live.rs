@@ -2,7 +2,7 @@
 //! flight) and the finished turns (a [`Hooks`]: counts, errors by kind, TTFT/TPOT histograms,
 //! graded `turn.completed` events, sampled), and renders the active run's Prometheus text.
 
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -32,6 +32,7 @@ pub struct Live {
     errors: Family<Labels, Counter>,
     output_tokens: Counter,
     in_flight: Gauge,
+    sessions_active: Gauge,
     ttft: PromHistogram,
     tpot: PromHistogram,
     e2e: PromHistogram,
@@ -43,7 +44,6 @@ pub struct Live {
     sample_second: AtomicU64,
     sample_count: AtomicU32,
     skipped: AtomicU64,
-    in_flight_n: AtomicI64,
 }
 
 impl std::fmt::Debug for Live {
@@ -88,6 +88,7 @@ impl Live {
             errors: Family::default(),
             output_tokens: Counter::default(),
             in_flight: Gauge::default(),
+            sessions_active: Gauge::default(),
             ttft: ms(),
             tpot: ms(),
             e2e: ms(),
@@ -98,7 +99,6 @@ impl Live {
             sample_second: AtomicU64::new(0),
             sample_count: AtomicU32::new(0),
             skipped: AtomicU64::new(0),
-            in_flight_n: AtomicI64::new(0),
         };
         registry.register(
             "turns",
@@ -119,6 +119,11 @@ impl Live {
             "turns_in_flight",
             "Turns sent and not finished",
             live.in_flight.clone(),
+        );
+        registry.register(
+            "sessions_active",
+            "Session plays started and not ended",
+            live.sessions_active.clone(),
         );
         registry.register(
             "ttft_milliseconds",
@@ -179,7 +184,13 @@ impl Live {
 
     /// Turns in flight now.
     pub fn in_flight(&self) -> i64 {
-        self.in_flight_n.load(Ordering::Relaxed)
+        self.in_flight.get()
+    }
+
+    /// Session plays started and not ended now (each counted from its start, before its
+    /// first turn).
+    pub fn sessions_active(&self) -> i64 {
+        self.sessions_active.get()
     }
 
     fn sampled(&self) -> bool {
@@ -201,11 +212,15 @@ impl Observer for Live {
         match e {
             RunEvent::TurnSent { .. } => {
                 self.in_flight.inc();
-                self.in_flight_n.fetch_add(1, Ordering::Relaxed);
             }
             RunEvent::TurnFinished(_) => {
                 self.in_flight.dec();
-                self.in_flight_n.fetch_sub(1, Ordering::Relaxed);
+            }
+            RunEvent::SessionStarted { .. } => {
+                self.sessions_active.inc();
+            }
+            RunEvent::SessionFinished(_) => {
+                self.sessions_active.dec();
             }
             _ => {}
         }

@@ -679,7 +679,7 @@ fn push_progress(log: &EventLog, live: &Live, s: &Snapshot) {
             turns_planned: s.turns_planned,
             turns_failed: s.turns_failed,
             sessions_done: s.sessions_done,
-            active: s.active,
+            active: live.sessions_active().max(0) as u32,
             concurrency: s.concurrency,
             in_flight: live.in_flight(),
             output_tok_s: s.output_tok_s,

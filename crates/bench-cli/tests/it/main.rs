@@ -7,6 +7,7 @@ mod journeys;
 mod probe;
 mod resume;
 mod run;
+mod serve;
 mod status;
 mod workload;
 

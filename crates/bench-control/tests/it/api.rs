@@ -368,6 +368,7 @@ async fn a_panicking_grader_never_fails_the_run_and_grades_reach_result_stream_a
     assert!(text.contains("bench_ttft_milliseconds_bucket"), "{text}");
     assert!(text.contains(&format!("run_id=\"{id}\"")), "{text}");
     assert!(text.contains("bench_turns_in_flight 0"), "{text}");
+    assert!(text.contains("bench_sessions_active 0"), "{text}");
     serve.stop().await;
 }
 
