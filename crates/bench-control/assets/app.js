@@ -14,6 +14,7 @@
   const dash = {
     runId: null,
     eventIds: [], // ids processed, in order
+    received: 0, // events with an id received (processed + duplicates)
     duplicates: 0, // events received again (id <= last processed) and skipped
     reconnects: 0, // error → reopen cycles of the event stream
     errors: 0, // onerror calls
@@ -21,6 +22,7 @@
     lagged: 0, // stream.lagged notices
     status: 'none',
     connection: 'idle',
+    connectionHistory: [], // the connection states shown, in order (repeats folded)
     lastId: 0,
   };
   window.benchDashboard = dash;
@@ -264,7 +266,14 @@
   function describe(e) {
     switch (e.event) {
       case 'run.created': return `created (${e.kind || 'replay'})`;
-      case 'run.started': return `started: ${e.sessions_planned ?? '?'} sessions, ${e.turns_planned ?? '?'} turns planned${e.concurrency ? `, concurrency ${e.concurrency}` : ''}`;
+      case 'run.started': {
+        const parts = [];
+        if (e.sessions_planned !== null && e.sessions_planned !== undefined) parts.push(`${fmtInt(e.sessions_planned)} sessions`);
+        if (e.turns_planned !== null && e.turns_planned !== undefined) parts.push(`${fmtInt(e.turns_planned)} turns planned`);
+        if (e.concurrency) parts.push(`concurrency ${e.concurrency}`);
+        if (e.rate) parts.push(`${e.rate} sessions/s`);
+        return `started${parts.length ? `: ${parts.join(', ')}` : ''}`;
+      }
       case 'run.resumed': return 'resumed';
       case 'phase': return `phase: ${e.phase}`;
       case 'scrape.disabled': return `metrics scraping disabled: ${e.reason}`;
@@ -295,8 +304,12 @@
     b.dataset.status = s;
     $('#cancel').hidden = !(dash.runId && (s === 'running' || s === 'starting'));
   }
+  // Replay charts and the turns table are hidden for a journeys suite (it has neither).
+  function setKind(kind) { $('main').dataset.kind = kind || 'replay'; }
   function setConn(s) {
     dash.connection = s;
+    const h = dash.connectionHistory;
+    if (h[h.length - 1] !== s) { h.push(s); if (h.length > 100) h.shift(); }
     const c = $('#conn');
     c.textContent = s;
     c.dataset.state = s.replace(/[^a-z]/g, '');
@@ -356,11 +369,14 @@
   let terminalSeen = false;
   let backoff = 1000;
   let lastIdAtOpen = 0; // dash.lastId when the current stream was opened
+  let lastProgressed = true; // the stream that just failed had brought new events
 
   function resetRunView(id) {
     dash.runId = id;
     dash.eventIds = [];
+    dash.received = 0;
     dash.duplicates = 0;
+    dash.connectionHistory = [];
     dash.reconnects = 0;
     dash.errors = 0;
     dash.gaps = 0;
@@ -369,6 +385,7 @@
     seen.clear();
     terminalSeen = false;
     hadError = false;
+    lastProgressed = true;
     backoff = 1000;
     for (const c of Object.values(charts)) c.clear();
     pending.progress = null; pending.turns = []; pending.log = [];
@@ -385,6 +402,7 @@
     $('#progress-fill').style.width = '0';
     setText('#run-id', id);
     setText('#run-meta', '');
+    setKind('replay');
     notice('');
     hideSummary();
     schedule();
@@ -428,6 +446,7 @@
         setConn('ended');
         return;
       }
+      lastProgressed = dash.lastId !== lastIdAtOpen;
       lastIdAtOpen = dash.lastId;
       if (src.readyState === EventSource.CLOSED) {
         // The browser gave up (an HTTP error, a 204, a wrong content type): reopen by hand after
@@ -451,6 +470,12 @@
       const run = await api(`/api/runs/${encodeURIComponent(id)}`);
       if (dash.runId !== id || terminalSeen) return;
       applyRun(run, false);
+      if (ENDED.has(run.status) && !lastProgressed) {
+        // The run ended and its stream has nothing after our last event (e.g. bench serve was
+        // restarted and reads the run back from its directory): the run object has the end.
+        finishFromRun(run);
+        return;
+      }
       openStream(id, dash.lastId);
     } catch (e) {
       if (dash.runId !== id) return;
@@ -461,6 +486,16 @@
       reopenTimer = setTimeout(() => recover(id), backoff);
       backoff = Math.min(backoff * 2, 15000);
     }
+  }
+
+  function finishFromRun(run) {
+    terminalSeen = true;
+    closeStream();
+    setConn('ended');
+    setStatus(run.status);
+    if (run.summary) { showSummary(run.summary); finalNumbers(run.summary, run.status === 'completed'); }
+    if (run.error) notice(`Error: ${run.error}`);
+    refreshRuns();
   }
 
   function onMessage(m) {
@@ -475,6 +510,7 @@
       return;
     }
     if (id === null || !Number.isFinite(id)) return;
+    dash.received += 1;
     if (id <= dash.lastId || seen.has(id)) { dash.duplicates += 1; return; }
     if (id !== dash.lastId + 1) dash.gaps += 1;
     seen.add(id);
@@ -488,6 +524,7 @@
     switch (e.event) {
       case 'run.created':
         if (dash.status === 'none') setStatus('starting');
+        if (e.kind) setKind(e.kind);
         setText('#run-meta', `${e.kind || 'replay'}${e.utc ? ` · created ${fmtTime(e.utc)}` : ''}`);
         pending.log.push(e);
         break;
@@ -517,7 +554,7 @@
         $('#journeys-body').append(el('tr', { class: e.n_failures ? 'row-bad' : '' },
           el('td', { text: e.journey }), el('td', { class: 'num', text: fmtInt(e.run) }),
           el('td', { class: 'num', text: fmtInt(e.n_success) }), el('td', { class: 'num', text: fmtInt(e.n_failures) }),
-          el('td', { class: 'num', text: `${fmtNum(e.p50_ms, 1)} ms` }), el('td', { class: 'num', text: `${fmtNum(e.p99_ms, 1)} ms` }),
+          el('td', { class: 'num', text: `${fmtNum(e.p50_ms)} ms` }), el('td', { class: 'num', text: `${fmtNum(e.p99_ms)} ms` }),
           el('td', { text: e.setup_failure || '' })));
         break;
       case 'heartbeat':
@@ -546,6 +583,7 @@
   // is the authority and the object only refreshes the header.
   function applyRun(run, initial) {
     if (!run || run.id !== dash.runId) return;
+    if (initial && run.kind) setKind(run.kind);
     setText('#run-meta', `${run.kind} · created ${fmtTime(run.created_utc)}${run.finished_utc ? ` · finished ${fmtTime(run.finished_utc)}` : ''}${run.dir ? ` · ${run.dir}` : ''}`);
     if (initial || run.status === 'unfinished') {
       if (!terminalSeen) setStatus(run.status);
@@ -581,6 +619,7 @@
       renderRuns(data);
       return data;
     } catch (e) {
+      runsKey = '';
       if (e.status !== 401) setText('#runs-empty', `Cannot list runs: ${e.message}`);
       $('#runs-empty').hidden = false;
       return null;
@@ -588,9 +627,15 @@
       runsBusy = false;
     }
   }
+  let runsKey = '';
   function renderRuns(data) {
     const list = $('#runs-list');
     const runs = (data && data.runs) || [];
+    // Redraw only on a change (a redraw every few seconds would take the keyboard focus away).
+    const key = JSON.stringify([data && data.active, runs.map((r) => [r.id, r.kind, r.status, r.created_utc])]);
+    if (key === runsKey) return;
+    runsKey = key;
+    const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.run : null;
     list.replaceChildren(...runs.map((r) => {
       const b = el('button', { type: 'button', class: 'run-item', 'data-run': r.id, 'aria-label': `Open run ${r.id}, ${r.kind}, ${r.status}` },
         el('span', { class: 'run-line' }, el('code', { text: r.id }), el('span', { class: 'badge', 'data-status': r.status, text: r.status })),
@@ -601,6 +646,7 @@
     setText('#runs-empty', 'No runs yet.');
     $('#runs-empty').hidden = runs.length > 0;
     markSelected();
+    if (focused) { const b = list.querySelector(`[data-run="${CSS.escape(focused)}"]`); if (b) b.focus(); }
   }
   function markSelected() {
     for (const b of document.querySelectorAll('.run-item')) {
@@ -618,6 +664,8 @@
     if (!Number.isFinite(n) || n < 0) throw new Error(`${$(`label[for="${sel.slice(1)}"]`).textContent} must be a non-negative number`);
     return n;
   }
+  // A duration as the run spec writes it ("50ms"; "12500us" when not a whole number of ms).
+  const msText = (ms) => (Number.isInteger(ms) ? `${ms}ms` : `${Math.round(ms * 1000)}us`);
   function specFromForm() {
     const spec = {};
     const plan = {};
@@ -634,9 +682,9 @@
     spec.plan = plan;
     const c = intField('#f-concurrency'); if (c !== null) spec.load = { closed: { concurrency: c } };
     const lat = $('#f-latency').value;
-    const latency = lat === 'fixed' ? { mode: 'fixed', ttft: `${intField('#f-ttft') ?? 0}ms`, itl: `${intField('#f-itl') ?? 0}ms` } : { mode: lat };
+    const latency = lat === 'fixed' ? { mode: 'fixed', ttft: msText(intField('#f-ttft') ?? 0), itl: msText(intField('#f-itl') ?? 0) } : { mode: lat };
     spec.target = { embedded: { latency } };
-    const d = intField('#f-duration'); if (d !== null) spec.limits = { duration: `${d}s` };
+    const d = intField('#f-duration'); if (d !== null) spec.limits = { duration: Number.isInteger(d) ? `${d}s` : msText(d * 1000) };
     const slo = intField('#f-slo'); if (slo !== null) spec.graders = { slo: { ttft_ms: slo } };
     return spec;
   }

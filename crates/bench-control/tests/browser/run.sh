@@ -8,6 +8,9 @@
 # starts `bench serve` on a free port with a fresh runs directory, runs dashboard.mjs against it
 # and always stops the server. Exit status 0 only when every check passed. The screenshot goes
 # to target/browser-test/dashboard.png (dashboard-failure.png on a failure).
+# BENCH_DASHBOARD_ASSETS=crates/bench-control/assets makes the browser get the dashboard's files
+# from that folder instead of the binary's embedded copies (trying edits without a rebuild);
+# BENCH_BROWSER_TOKEN=SECRET runs the server with --token and the page with #token=SECRET.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -64,8 +67,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# No token: unset one the environment might carry (bench serve reads BENCH_SERVE_TOKEN).
-env -u BENCH_SERVE_TOKEN "$bin" serve --bind 127.0.0.1:0 --runs-dir "$runs" 2>"$log" &
+# No token unless BENCH_BROWSER_TOKEN asks for one (then the page gets it as #token=…); a
+# BENCH_SERVE_TOKEN the environment might carry is not passed on (bench serve reads it).
+token_args=()
+if [[ -n "${BENCH_BROWSER_TOKEN:-}" ]]; then token_args=(--token "$BENCH_BROWSER_TOKEN"); fi
+env -u BENCH_SERVE_TOKEN "$bin" serve --bind 127.0.0.1:0 --runs-dir "$runs" "${token_args[@]}" 2>"$log" &
 server_pid=$!
 
 url=""
@@ -88,4 +94,5 @@ fi
 echo "run.sh: bench serve at $url (runs in $runs)"
 
 # 4. The browser test, with a hard stop beyond its own 120 s timeout.
-timeout -k 5 150 node "$work/dashboard.mjs" --url "$url" --out "$work"
+timeout -k 5 150 node "$work/dashboard.mjs" --url "$url" --out "$work" \
+  ${BENCH_DASHBOARD_ASSETS:+--assets "$BENCH_DASHBOARD_ASSETS"} ${BENCH_BROWSER_TOKEN:+--token "$BENCH_BROWSER_TOKEN"}
