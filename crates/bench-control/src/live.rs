@@ -55,6 +55,7 @@ impl std::fmt::Debug for Live {
 /// A finished turn as the stream shows it.
 #[derive(Serialize)]
 struct TurnEvent<'a> {
+    utc: &'a str,
     session_id: &'a str,
     replay: u32,
     turn_index: u32,
@@ -274,6 +275,7 @@ impl Hooks for Live {
             self.log.push(
                 "turn.completed",
                 &TurnEvent {
+                    utc: &r.end_utc,
                     session_id: &r.session_id,
                     replay: r.replay,
                     turn_index: r.turn_index,

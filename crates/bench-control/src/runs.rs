@@ -32,7 +32,7 @@ pub const RECENT_RUNS: usize = 20;
 pub const LISTED_FROM_DISK: usize = 200;
 
 /// Where a run is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
     /// Planning, starting the simulator, waiting for the server.
@@ -496,7 +496,7 @@ impl Found {
     pub fn log(&self) -> Arc<EventLog> {
         match self {
             Found::Live(e) => e.log.clone(),
-            Found::Disk(d) => Arc::new(d.log()),
+            Found::Disk(d) => d.log(),
         }
     }
 }
@@ -509,11 +509,61 @@ pub struct DiskRun {
     /// Its directory.
     pub dir: PathBuf,
     events: Vec<EventLine>,
+    stream: Option<Arc<EventLog>>,
+}
+
+/// `run.created` as `stream.jsonl` has it.
+#[derive(serde::Deserialize)]
+struct CreatedLine {
+    utc: Option<String>,
+    kind: RunKind,
+}
+
+/// A terminal event as `stream.jsonl` has it.
+#[derive(serde::Deserialize)]
+struct TerminalLine {
+    utc: Option<String>,
+    status: RunStatus,
+    #[serde(default)]
+    summary: Option<Value>,
+    #[serde(default)]
+    error: Option<String>,
 }
 
 impl DiskRun {
-    /// Reads `dir` (named `id`); `None` when it is not a run directory.
+    /// Reads `dir` (named `id`): the stream `bench serve` saved (`stream.jsonl`), else a
+    /// run directory another front end wrote; `None` when it is neither.
     pub fn read(id: &str, dir: &Path) -> Option<DiskRun> {
+        DiskRun::from_stream(id, dir).or_else(|| DiskRun::from_files(id, dir))
+    }
+
+    fn from_stream(id: &str, dir: &Path) -> Option<DiskRun> {
+        let log = EventLog::read_file(&dir.join(files::STREAM))?;
+        let created: CreatedLine = serde_json::from_str(&log.first()?.json).ok()?;
+        let end = log
+            .terminal()
+            .and_then(|t| serde_json::from_str::<TerminalLine>(&t.json).ok());
+        let view = RunView {
+            id: id.to_owned(),
+            kind: created.kind,
+            status: end.as_ref().map_or(RunStatus::Unfinished, |e| e.status),
+            created_utc: created.utc,
+            finished_utc: end.as_ref().and_then(|e| e.utc.clone()),
+            dir: dir.display().to_string(),
+            error: end.as_ref().and_then(|e| e.error.clone()),
+            cancel_requested: false,
+            progress: None,
+            summary: end.and_then(|e| e.summary),
+        };
+        Some(DiskRun {
+            view,
+            dir: dir.to_owned(),
+            events: Vec::new(),
+            stream: Some(Arc::new(log)),
+        })
+    }
+
+    fn from_files(id: &str, dir: &Path) -> Option<DiskRun> {
         let head: RunJsonHead =
             serde_json::from_slice(&std::fs::read(dir.join(files::RUN_JSON)).ok()?).ok()?;
         let events = jsonl::read::<EventLine>(&dir.join(files::EVENTS))
@@ -557,15 +607,21 @@ impl DiskRun {
             },
             dir: dir.to_owned(),
             events,
+            stream: None,
         })
     }
 
-    fn log(&self) -> EventLog {
+    /// Its events: the saved stream, else `events.jsonl` (ids 1.. in file order) and the
+    /// terminal event rebuilt from `result.json` when a stop is recorded.
+    pub fn log(&self) -> Arc<EventLog> {
+        if let Some(s) = &self.stream {
+            return s.clone();
+        }
         let log = EventLog::default();
         for e in &self.events {
             push_lifecycle(&log, e);
         }
-        if self.view.status.is_final() {
+        if self.view.status != RunStatus::Unfinished {
             let mut fields = serde_json::Map::new();
             fields.insert(
                 "utc".into(),
@@ -583,7 +639,7 @@ impl DiskRun {
         } else {
             log.close();
         }
-        log
+        Arc::new(log)
     }
 }
 
@@ -745,9 +801,18 @@ impl Control {
             while self.cfg.runs_dir.join(&id).exists() {
                 id = new_id();
             }
-            let log = Arc::new(EventLog::default());
+            let dir = self.cfg.runs_dir.join(&id);
+            let log = std::fs::create_dir_all(&dir)
+                .and_then(|()| EventLog::with_file(&dir.join(files::STREAM)))
+                .map_err(|e| {
+                    ApiError::new(
+                        500,
+                        format!("cannot create the run directory {}: {e}", dir.display()),
+                    )
+                })?;
+            let log = Arc::new(log);
             let entry = Arc::new(RunEntry {
-                dir: self.cfg.runs_dir.join(&id),
+                dir,
                 live: Arc::new(Live::new(&id, kind.as_str(), log.clone())),
                 id,
                 kind,

@@ -45,6 +45,30 @@ struct Inner {
     events: VecDeque<Arc<Entry>>,
     next_id: u64,
     closed: bool,
+    /// `stream.jsonl` in the run directory: every event, one line each.
+    file: Option<std::fs::File>,
+}
+
+/// What a line of `stream.jsonl` is read back as (the rest of it is served as written).
+#[derive(serde::Deserialize)]
+struct Head {
+    id: u64,
+    event: String,
+}
+
+/// The terminal event types.
+#[derive(serde::Deserialize)]
+enum Terminal {
+    #[serde(rename = "run.completed")]
+    Completed,
+    #[serde(rename = "run.failed")]
+    Failed,
+    #[serde(rename = "run.cancelled")]
+    Cancelled,
+}
+
+fn is_terminal(event: &str) -> bool {
+    serde_json::from_value::<Terminal>(serde_json::Value::String(event.to_owned())).is_ok()
 }
 
 /// A run's events, in order, with ids.
@@ -87,6 +111,62 @@ impl EventLog {
         }
     }
 
+    /// A log that also appends every event to `path` (`stream.jsonl` in the run directory),
+    /// so the stream reads the same after a restart.
+    pub fn with_file(path: &std::path::Path) -> std::io::Result<EventLog> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        let log = EventLog::default();
+        log.lock().file = Some(file);
+        Ok(log)
+    }
+
+    /// The log a run left in `path` (closed: nothing follows). A torn or bad line is skipped;
+    /// `None` when the file cannot be read or holds no event.
+    pub fn read_file(path: &std::path::Path) -> Option<EventLog> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let log = EventLog::default();
+        {
+            let mut g = log.lock();
+            for line in text.lines() {
+                let Ok(head) = serde_json::from_str::<Head>(line) else {
+                    continue;
+                };
+                if g.events.back().is_some_and(|e| e.id >= head.id) {
+                    continue;
+                }
+                g.next_id = head.id + 1;
+                g.events.push_back(Arc::new(Entry {
+                    id: head.id,
+                    terminal: is_terminal(&head.event),
+                    event: head.event,
+                    json: line.to_owned(),
+                }));
+            }
+            if g.events.is_empty() {
+                return None;
+            }
+            while g.events.len() > log.cap {
+                g.events.pop_front();
+            }
+            g.closed = true;
+            log.tx.send_replace((g.next_id - 1, true));
+        }
+        Some(log)
+    }
+
+    /// The terminal event, once it is in.
+    pub fn terminal(&self) -> Option<Arc<Entry>> {
+        self.lock().events.back().filter(|e| e.terminal).cloned()
+    }
+
+    /// The first event kept.
+    pub fn first(&self) -> Option<Arc<Entry>> {
+        self.lock().events.front().cloned()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the log consistent (pushes are one step).
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
@@ -123,6 +203,14 @@ impl EventLog {
             Some(r) => format!("{{\"id\":{id},\"event\":{event_json},{r}"),
             None => format!("{{\"id\":{id},\"event\":{event_json}}}"),
         };
+        if let Some(f) = g.file.as_mut() {
+            use std::io::Write as _;
+            if let Err(e) = f.write_all(format!("{json}\n").as_bytes()) {
+                // Warned once: the file is left alone from now on.
+                g.file = None;
+                tracing::warn!(error = %e, "cannot write stream.jsonl; the stream goes on in memory");
+            }
+        }
         g.next_id += 1;
         g.closed = terminal;
         g.events.push_back(Arc::new(Entry {
@@ -179,14 +267,14 @@ impl EventLog {
         } else {
             after + 1
         };
-        let skip = (from - first_kept) as usize;
+        let skip = g.events.partition_point(|e| e.id < from);
         read.entries = g.events.iter().skip(skip).take(max).cloned().collect();
         // Done once the log is closed and this read reaches its end.
         read.done = g.closed
             && read
                 .entries
                 .last()
-                .map_or(from >= g.next_id, |e| e.id + 1 == g.next_id);
+                .map_or(skip >= g.events.len(), |e| e.id + 1 == g.next_id);
         read
     }
 

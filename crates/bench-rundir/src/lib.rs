@@ -11,6 +11,7 @@
 //! | [`files::SESSIONS`] | one record per finished session play | [`SessionRecord`] |
 //! | [`files::SCRAPES`] | one `/metrics` scrape per line | `bench_telemetry::Scrape` (its `phase` is a [`ScrapePhase`]) |
 //! | [`files::RESULT`] | the computed result | `bench_report::RunResult` |
+//! | [`files::STREAM`] | runs started by `bench serve`: the event stream it sent | `bench_control::stream::EventLog` |
 //! | [`files::JOURNEYS_REPORT`] | a journeys run's report (its `run.json` says `"kind": "journeys"`) | `bench_journeys::Report` |
 //!
 //! Every file but `run.json` and `result.json` is append-only JSONL; [`jsonl::read`] reads one
@@ -58,6 +59,9 @@ pub mod files {
     pub const SCRAPES: &str = "scrapes.jsonl";
     /// The result (pretty JSON, written at the end).
     pub const RESULT: &str = "result.json";
+    /// The event stream `bench serve` sent for the run (one JSON object per line, with `id`
+    /// and `event`), so it reads the same after a restart. Owned by `bench_control::stream`.
+    pub const STREAM: &str = "stream.jsonl";
     /// A journeys run's report (`bench_journeys::Report`), instead of `result.json`.
     pub const JOURNEYS_REPORT: &str = "report.json";
 }

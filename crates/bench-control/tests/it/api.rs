@@ -75,7 +75,7 @@ async fn one_run_at_a_time_and_cancel_finalizes_a_partial_result() {
 }
 
 /// Finished runs stay readable from their directories after a restart: listed, with their
-/// summary, result and a replayed stream that ends with the terminal event.
+/// summary and result, and their stream is the one sent live (same ids, same events).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_runs_are_read_back_after_a_restart() {
     let dir = runs_dir("restart");
@@ -83,6 +83,9 @@ async fn finished_runs_are_read_back_after_a_restart() {
     let id = serve.start_run(SHORT).await;
     let before = serve.until_ended(&id).await;
     assert_eq!(before["status"], "completed");
+    let (_, _, live) = serve
+        .call("GET", &format!("/api/runs/{id}/events"), &[], "")
+        .await;
     serve.stop().await;
 
     let serve = Serve::with_dir(&dir).await;
@@ -94,29 +97,110 @@ async fn finished_runs_are_read_back_after_a_restart() {
     assert_eq!(runs[0]["id"], id.as_str());
     assert_eq!(runs[0]["status"], "completed");
     assert_eq!(runs[0]["kind"], "replay");
+    assert_eq!(runs[0]["created_utc"], before["created_utc"]);
+    assert_eq!(runs[0]["summary"], before["summary"], "the same summary");
     assert_eq!(runs[0]["summary"]["turns_total"], 32);
-    assert_eq!(runs[0]["summary"]["passed"], true);
-    assert_eq!(
-        runs[0]["summary"]["ttft_p50_ms"], before["summary"]["ttft_p50_ms"],
-        "the same figures as the live summary"
-    );
     let (s, _, body) = serve
         .call("GET", &format!("/api/runs/{id}/result"), &[], "")
         .await;
     assert_eq!(s, 200);
     serde_json::from_slice::<RunResult>(&body).unwrap();
-    let (_, _, body) = serve
+    let (_, _, after) = serve
         .call("GET", &format!("/api/runs/{id}/events"), &[], "")
         .await;
-    let (events, _) = parse_sse(std::str::from_utf8(&body).unwrap());
-    let ids: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
-    assert_eq!(ids, (1..=events.len() as u64).collect::<Vec<_>>());
-    assert_eq!(events[0].data["event"], "run.started");
-    assert_eq!(events.last().unwrap().data["event"], "run.completed");
+    let (live, _) = parse_sse(std::str::from_utf8(&live).unwrap());
+    let (after, _) = parse_sse(std::str::from_utf8(&after).unwrap());
+    assert_eq!(after.len(), live.len());
+    for (a, b) in live.iter().zip(&after) {
+        assert_eq!(
+            (a.id, &a.data),
+            (b.id, &b.data),
+            "the stream sent live, event for event"
+        );
+    }
+    assert!(after.iter().any(|e| e.data["event"] == "progress"));
+    // Resuming across the restart: after event N is after event N.
+    let n = after.len() as u64;
+    let (_, _, tail) = serve
+        .call(
+            "GET",
+            &format!("/api/runs/{id}/events"),
+            &[("last-event-id", &(n - 2).to_string())],
+            "",
+        )
+        .await;
+    let (tail, _) = parse_sse(std::str::from_utf8(&tail).unwrap());
+    assert_eq!(
+        tail.iter().map(|e| e.id.unwrap()).collect::<Vec<_>>(),
+        [n - 1, n]
+    );
     let (s, _) = serve
         .json("GET", "/api/runs/20990101T000000Z-dead", "")
         .await;
     assert_eq!(s, 404);
+    serve.stop().await;
+}
+
+/// Run directories another front end wrote (`bench run`, an embedding program) are listed
+/// too: a finished one with its summary and a stream rebuilt from `events.jsonl`, one without a
+/// recorded stop as `unfinished`, its stream ending after its history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_directories_of_other_front_ends_are_listed() {
+    let dir = runs_dir("others");
+    let spec: bench_run::RunSpec = serde_json::from_str(SHORT).unwrap();
+    let handle = bench_run::start(
+        spec,
+        bench_run::RunOptions {
+            run_dir: Some(dir.join("20260101T000000Z-cli")),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    handle.wait().await.unwrap();
+    let crashed = dir.join("20260101T000001Z-crashed");
+    std::fs::create_dir_all(&crashed).unwrap();
+    std::fs::write(crashed.join(files::RUN_JSON), "{\"pid\": 1}").unwrap();
+    std::fs::write(
+        crashed.join(files::EVENTS),
+        "{\"event\":\"run.started\",\"utc\":\"2026-01-01T00:00:01Z\"}\n{\"event\":\"phase\",\"utc\":\"2026-01-01T00:00:02Z\",\"phase\":\"measuring\"}\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("not-a-run")).unwrap();
+    let serve = Serve::with_dir(&dir).await;
+    let (_, v) = serve.json("GET", "/api/runs", "").await;
+    let runs = v["runs"].as_array().unwrap();
+    let ids: Vec<&str> = runs.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    // Newest first (the crashed one says it started on 1 January).
+    assert_eq!(
+        ids,
+        ["20260101T000000Z-cli", "20260101T000001Z-crashed"],
+        "{v}"
+    );
+    assert_eq!(runs[0]["status"], "completed");
+    assert_eq!(runs[0]["summary"]["turns_total"], 32);
+    assert_eq!(runs[0]["summary"]["passed"], true);
+    assert_eq!(runs[1]["status"], "unfinished");
+    assert_eq!(runs[1]["created_utc"], "2026-01-01T00:00:01Z");
+    let (_, _, body) = serve
+        .call("GET", "/api/runs/20260101T000000Z-cli/events", &[], "")
+        .await;
+    let (events, _) = parse_sse(std::str::from_utf8(&body).unwrap());
+    assert_eq!(events[0].data["event"], "run.started");
+    assert_eq!(events.last().unwrap().data["event"], "run.completed");
+    let (_, _, body) = serve
+        .call("GET", "/api/runs/20260101T000001Z-crashed/events", &[], "")
+        .await;
+    let (events, _) = parse_sse(std::str::from_utf8(&body).unwrap());
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e.data["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["run.started", "phase"], "no made-up terminal event");
+    let (s, _) = serve
+        .json("POST", "/api/runs/20260101T000001Z-crashed/cancel", "")
+        .await;
+    assert_eq!(s, 409);
     serve.stop().await;
 }
 
