@@ -509,7 +509,8 @@ pub struct DiskRun {
     /// Its directory.
     pub dir: PathBuf,
     events: Vec<EventLine>,
-    stream: Option<Arc<EventLog>>,
+    /// `stream.jsonl`, read when the stream is asked for.
+    stream: Option<PathBuf>,
 }
 
 /// `run.created` as `stream.jsonl` has it.
@@ -522,6 +523,7 @@ struct CreatedLine {
 /// A terminal event as `stream.jsonl` has it.
 #[derive(serde::Deserialize)]
 struct TerminalLine {
+    event: String,
     utc: Option<String>,
     status: RunStatus,
     #[serde(default)]
@@ -538,11 +540,13 @@ impl DiskRun {
     }
 
     fn from_stream(id: &str, dir: &Path) -> Option<DiskRun> {
-        let log = EventLog::read_file(&dir.join(files::STREAM))?;
-        let created: CreatedLine = serde_json::from_str(&log.first()?.json).ok()?;
-        let end = log
-            .terminal()
-            .and_then(|t| serde_json::from_str::<TerminalLine>(&t.json).ok());
+        let path = dir.join(files::STREAM);
+        let (first, last) = first_and_last_lines(&path)?;
+        let created: CreatedLine = serde_json::from_str(&first).ok()?;
+        // The terminal event is the last line when the run ended (a torn one does not count).
+        let end = last
+            .and_then(|l| serde_json::from_str::<TerminalLine>(&l).ok())
+            .filter(|t| crate::stream::is_terminal(&t.event));
         let view = RunView {
             id: id.to_owned(),
             kind: created.kind,
@@ -559,7 +563,7 @@ impl DiskRun {
             view,
             dir: dir.to_owned(),
             events: Vec::new(),
-            stream: Some(Arc::new(log)),
+            stream: Some(path),
         })
     }
 
@@ -614,8 +618,8 @@ impl DiskRun {
     /// Its events: the saved stream, else `events.jsonl` (ids 1.. in file order) and the
     /// terminal event rebuilt from `result.json` when a stop is recorded.
     pub fn log(&self) -> Arc<EventLog> {
-        if let Some(s) = &self.stream {
-            return s.clone();
+        if let Some(log) = self.stream.as_deref().and_then(EventLog::read_file) {
+            return Arc::new(log);
         }
         let log = EventLog::default();
         for e in &self.events {
@@ -641,6 +645,37 @@ impl DiskRun {
         }
         Arc::new(log)
     }
+}
+
+/// The first line of `path` and, when there is another, its last complete line (read from the
+/// end: listing runs never reads a whole stream).
+fn first_and_last_lines(path: &Path) -> Option<(String, Option<String>)> {
+    use std::io::{BufRead, Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    let mut first = String::new();
+    std::io::BufReader::new(&mut f)
+        .take(1 << 20)
+        .read_line(&mut first)
+        .ok()?;
+    let first_len = first.len() as u64;
+    if !first.ends_with('\n') {
+        return None;
+    }
+    if len <= first_len {
+        return Some((first, None));
+    }
+    let tail_len = (len - first_len).min(1 << 20);
+    f.seek(SeekFrom::Start(len - tail_len)).ok()?;
+    let mut tail = Vec::with_capacity(tail_len as usize);
+    f.take(tail_len).read_to_end(&mut tail).ok()?;
+    let tail = String::from_utf8_lossy(&tail);
+    // Only a line that ends with a newline is complete.
+    let last = tail
+        .strip_suffix('\n')
+        .and_then(|t| t.rsplit('\n').next())
+        .map(str::to_owned);
+    Some((first, last))
 }
 
 /// The fields of `run.json` a summary needs.
@@ -1082,4 +1117,40 @@ async fn follow<T>(
     }
     tick();
     out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saved_stream_is_listed_from_its_first_and_last_lines_and_a_torn_end_is_unfinished() {
+        let dir = std::env::temp_dir().join(format!("bench-control-saved-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let created =
+            r#"{"id":1,"event":"run.created","utc":"2026-01-01T00:00:00Z","kind":"replay"}"#;
+        let turn =
+            r#"{"id":2,"event":"turn.completed","utc":"2026-01-01T00:00:01Z","status":"ok"}"#;
+        let end = r#"{"id":3,"event":"run.cancelled","utc":"2026-01-01T00:00:02Z","status":"cancelled","summary":{"turns_total":1}}"#;
+        let path = dir.join(files::STREAM);
+        std::fs::write(&path, format!("{created}\n{turn}\n{end}\n")).unwrap();
+        let run = DiskRun::read("r", &dir).unwrap();
+        assert_eq!(run.view.status, RunStatus::Cancelled);
+        assert_eq!(
+            run.view.finished_utc.as_deref(),
+            Some("2026-01-01T00:00:02Z")
+        );
+        assert_eq!(run.view.summary.as_ref().unwrap()["turns_total"], 1);
+        assert_eq!(run.log().last_id(), 3);
+        // A crash cut the terminal line: the run is unfinished, the turn line does not pass
+        // for an end, and the stream has the two complete events.
+        std::fs::write(&path, format!("{created}\n{turn}\n{}", &end[..40])).unwrap();
+        let run = DiskRun::read("r", &dir).unwrap();
+        assert_eq!(run.view.status, RunStatus::Unfinished);
+        assert_eq!(run.log().last_id(), 2);
+        assert!(run.log().terminal().is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

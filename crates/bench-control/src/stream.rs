@@ -67,7 +67,8 @@ enum Terminal {
     Cancelled,
 }
 
-fn is_terminal(event: &str) -> bool {
+/// `event` is a terminal event's type (`run.completed`, `run.failed`, `run.cancelled`).
+pub(crate) fn is_terminal(event: &str) -> bool {
     serde_json::from_value::<Terminal>(serde_json::Value::String(event.to_owned())).is_ok()
 }
 
