@@ -24,7 +24,8 @@ pub struct ServeCmd {
     pub runs_dir: PathBuf,
 }
 
-/// Runs `bench serve` until Ctrl-C (the active run is cancelled and finalized first).
+/// Runs `bench serve` until Ctrl-C or SIGTERM (the active run is cancelled and finalized
+/// first).
 pub async fn run_serve(args: ServeCmd) -> Result<(), CliError> {
     let server = bench_control::Server::bind(bench_control::ServeConfig {
         bind: args.bind,
@@ -44,7 +45,19 @@ pub async fn run_serve(args: ServeCmd) -> Result<(), CliError> {
     );
     server
         .run(async {
-            let _ = tokio::signal::ctrl_c().await;
+            // Ctrl-C, or SIGTERM (what a container runtime sends).
+            let term = async {
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(mut s) => {
+                        s.recv().await;
+                    }
+                    Err(_) => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = term => {}
+            }
             eprintln!("bench serve: stopping: the active run (if any) is cancelled and finalized");
         })
         .await;
