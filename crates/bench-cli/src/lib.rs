@@ -98,11 +98,9 @@ pub enum Command {
     Status(status::StatusCmd),
     /// Serve the control plane: a runs API, live event streams, Prometheus and a dashboard.
     ///
-    /// POST /api/runs starts a run from a JSON spec (`{}`: the bundled sample against the
-    /// embedded simulator), one at a time; GET /api/runs/ID/events streams its events
-    /// (server-sent events, resumable with Last-Event-ID); /metrics is the active run in
-    /// Prometheus text; / is the dashboard. Loopback only unless --token is given. See
-    /// docs/serve.md.
+    /// POST /api/runs starts a run from a JSON spec (`{}`: the default run), one at a time; GET
+    /// /api/runs/ID/events streams its events (SSE, resumable with Last-Event-ID); /metrics is
+    /// Prometheus text; / is the dashboard. Loopback only without --token. See docs/serve.md.
     Serve(serve::ServeCmd),
 }
 
@@ -361,7 +359,8 @@ pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-async fn wait_for_shutdown_signal() {
+/// Ctrl-C, or SIGTERM (what a container runtime sends).
+pub(crate) async fn wait_for_shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use bench_control::{ServeConfig, ServeError};
 use clap::Args;
 
 use crate::CliError;
@@ -24,20 +25,21 @@ pub struct ServeCmd {
     pub runs_dir: PathBuf,
 }
 
-/// Runs `bench serve` until Ctrl-C or SIGTERM (the active run is cancelled and finalized
-/// first).
+/// Runs `bench serve` until Ctrl-C or SIGTERM (the active run is cancelled and finalized).
 pub async fn run_serve(args: ServeCmd) -> Result<(), CliError> {
-    let server = bench_control::Server::bind(bench_control::ServeConfig {
-        bind: args.bind,
-        token: args.token,
-        runs_dir: args.runs_dir.clone(),
-        ..bench_control::ServeConfig::default()
-    })
-    .await
-    .map_err(|e| match e {
-        bench_control::ServeError::Invalid(m) => CliError::Usage(m),
-        e => CliError::Failed(e.to_string()),
-    })?;
+    let (bind, token, runs_dir) = (args.bind, args.token, args.runs_dir.clone());
+    let cfg = ServeConfig {
+        bind,
+        token,
+        runs_dir,
+        ..ServeConfig::default()
+    };
+    let server = bench_control::Server::bind(cfg)
+        .await
+        .map_err(|e| match e {
+            ServeError::Invalid(m) => CliError::Usage(m),
+            e => CliError::Failed(e.to_string()),
+        })?;
     eprintln!(
         "bench serve: listening on http://{} (runs in {})",
         server.local_addr(),
@@ -45,19 +47,7 @@ pub async fn run_serve(args: ServeCmd) -> Result<(), CliError> {
     );
     server
         .run(async {
-            // Ctrl-C, or SIGTERM (what a container runtime sends).
-            let term = async {
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(mut s) => {
-                        s.recv().await;
-                    }
-                    Err(_) => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                () = term => {}
-            }
+            crate::wait_for_shutdown_signal().await;
             eprintln!("bench serve: stopping: the active run (if any) is cancelled and finalized");
         })
         .await;
