@@ -184,3 +184,32 @@ async fn a_subscriber_that_never_reads_does_not_slow_the_run() {
     drop(stuck);
     serve.stop().await;
 }
+
+/// A subscriber that stops reading while the run goes on holds nothing up (pushes never wait
+/// for it, the log stays within its cap); when it reads again it is told what it missed and
+/// resumes from the oldest event kept, in order, to the end.
+#[tokio::test]
+async fn a_subscriber_that_falls_behind_the_kept_history_is_told_and_resumes() {
+    let log = Arc::new(EventLog::with_cap(1_000));
+    log.push("e", &serde_json::json!({"n": 0}));
+    let mut s = Box::pin(log.clone().stream(0, Duration::from_secs(30)));
+    let first = String::from_utf8(s.next().await.unwrap().to_vec()).unwrap();
+    assert_eq!(parse_sse(&first).0.len(), 1);
+    // It reads nothing while 5,000 more events arrive.
+    for n in 1..=5_000 {
+        log.push("e", &serde_json::json!({"n": n}));
+    }
+    log.push_terminal("run.completed", &serde_json::json!({}));
+    let mut text = String::new();
+    while let Some(chunk) = s.next().await {
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let (events, _) = parse_sse(&text);
+    let lagged = &events[0];
+    assert_eq!(lagged.id, None, "the notice is not a run event");
+    assert_eq!(lagged.data["event"], "stream.lagged");
+    assert_eq!(lagged.data["missed_from"], 2);
+    assert_eq!(lagged.data["missed_to"], 5_002 - 1_000);
+    let ids: Vec<u64> = events[1..].iter().map(|e| e.id.unwrap()).collect();
+    assert_eq!(ids, (5_002 - 999..=5_002).collect::<Vec<_>>());
+}
