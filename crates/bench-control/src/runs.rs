@@ -134,6 +134,16 @@ pub struct Summary {
 }
 
 impl Summary {
+    fn before_start() -> Summary {
+        Summary {
+            stopped_by: Some(StopBy::Cancelled),
+            reason: Some(
+                "cancelled before it started (while planning or waiting for the server)".into(),
+            ),
+            ..Summary::default()
+        }
+    }
+
     fn from_result(r: &RunResult, stopped_by: Option<StopBy>, reason: Option<String>) -> Summary {
         let o = &r.overall;
         Summary {
@@ -209,6 +219,8 @@ pub struct RunEntry {
     /// Its live figures.
     pub live: Arc<Live>,
     state: Mutex<EntryState>,
+    /// Wakes a start still planning or waiting for its server when a cancel comes.
+    cancelled: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for RunEntry {
@@ -263,6 +275,7 @@ impl RunEntry {
             return false;
         }
         s.cancel_requested = true;
+        self.cancelled.notify_one();
         if let Some(c) = s.cancel.clone() {
             drop(s);
             c();
@@ -854,6 +867,7 @@ impl Control {
                 created_utc: bench_report::export::utc_now(),
                 log,
                 state: Mutex::default(),
+                cancelled: tokio::sync::Notify::new(),
             });
             s.active = Some(entry.clone());
             entry
@@ -921,7 +935,15 @@ impl Control {
             ..RunOptions::default()
         };
         let max_error_rate = spec.judge.max_error_rate;
-        let handle = match bench_run::start(spec, options).await {
+        // A cancel while it plans or waits for its server ends it there.
+        let started = tokio::select! {
+            r = bench_run::start(spec, options) => r,
+            () = entry.cancelled.notified() => {
+                entry.finish(RunStatus::Cancelled, Some(Summary::before_start()), None);
+                return;
+            }
+        };
+        let handle = match started {
             Ok(h) => h,
             Err(e) => {
                 entry.finish(RunStatus::Failed, None, Some(e.to_string()));
@@ -990,7 +1012,14 @@ impl Control {
             on_run: Some(Arc::new(on_run)),
             notices: Some(Self::notices(&entry.log)),
         };
-        let handle = match bench_run::journeys::start_journeys(spec, options).await {
+        let started = tokio::select! {
+            r = bench_run::journeys::start_journeys(spec, options) => r,
+            () = entry.cancelled.notified() => {
+                entry.finish(RunStatus::Cancelled, Some(Summary::before_start()), None);
+                return;
+            }
+        };
+        let handle = match started {
             Ok(h) => h,
             Err(e) => {
                 entry.finish(RunStatus::Failed, None, Some(e.to_string()));

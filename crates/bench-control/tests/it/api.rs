@@ -485,3 +485,27 @@ async fn a_journeys_suite_runs_through_the_api() {
     assert_eq!(events.last().unwrap().data["event"], "run.completed");
     serve.stop().await;
 }
+
+/// A cancel while a run still waits for its server ends it at once, cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_waiting_for_the_server_ends_the_run_at_once() {
+    let dir = runs_dir("cancel-starting");
+    let serve = Serve::with_dir(&dir).await;
+    let spec = r#"{"target": {"url": {"base_url": "http://127.0.0.1:9", "ready_timeout": "10m"}}}"#;
+    let id = serve.start_run(spec).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, v) = serve.json("GET", &format!("/api/runs/{id}"), "").await;
+    assert_eq!(v["status"], "starting", "{v}");
+    let t0 = Instant::now();
+    let (s, _) = serve
+        .json("POST", &format!("/api/runs/{id}/cancel"), "")
+        .await;
+    assert_eq!(s, 202);
+    let v = serve.until_ended(&id).await;
+    assert!(t0.elapsed() < Duration::from_secs(10), "not at once");
+    assert_eq!(v["status"], "cancelled", "{v}");
+    assert_eq!(v["summary"]["stopped_by"], "cancelled", "{v}");
+    let next = serve.start_run(SHORT).await;
+    assert_eq!(serve.until_ended(&next).await["status"], "completed");
+    serve.stop().await;
+}
