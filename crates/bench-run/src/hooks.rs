@@ -169,7 +169,7 @@ impl std::fmt::Debug for Grading {
 }
 
 /// What a panic said.
-fn panic_message(p: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(p: &(dyn Any + Send)) -> String {
     match (p.downcast_ref::<&str>(), p.downcast_ref::<String>()) {
         (Some(s), _) => (*s).to_owned(),
         (_, Some(s)) => s.clone(),

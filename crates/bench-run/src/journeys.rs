@@ -475,10 +475,27 @@ fn spawn(
         let cfg = spec.suite_config();
         let dir_path = options.run_dir.clone().unwrap_or_default();
         let kind = RunKind::Journeys.as_str();
+        // A hook that panics is reported once and never fails the run (as in a replay).
+        let warned = AtomicBool::new(false);
+        let guard = |what: &str, f: &dyn Fn()| {
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                if !warned.swap(true, Ordering::SeqCst) {
+                    if let Some(n) = &options.notices {
+                        n(Notice::Warning(format!(
+                            "a hook panicked in {what}: {}; the run goes on (further panics are \
+                             not reported)",
+                            crate::hooks::panic_message(&*p)
+                        )));
+                    }
+                }
+            }
+        };
         for h in &options.hooks {
-            h.on_start(&RunStart {
-                dir: &dir_path,
-                kind,
+            guard("on_start", &|| {
+                h.on_start(&RunStart {
+                    dir: &dir_path,
+                    kind,
+                })
             });
         }
         let hooks = &options.hooks;
@@ -490,7 +507,7 @@ fn spawn(
                 failure: op.failure_reason(),
             };
             for h in hooks {
-                h.on_operation(&o);
+                guard("on_operation", &|| h.on_operation(&o));
             }
         };
         let on_run = |name: &str, row: &RunRow| {
@@ -562,11 +579,13 @@ fn spawn(
             reason: reason.clone(),
         });
         for h in &options.hooks {
-            h.on_end(&RunEnd {
-                dir: &dir_path,
-                stopped_by,
-                reason: &reason,
-                grades: &[],
+            guard("on_end", &|| {
+                h.on_end(&RunEnd {
+                    dir: &dir_path,
+                    stopped_by,
+                    reason: &reason,
+                    grades: &[],
+                })
             });
         }
         Ok(JourneysReport {

@@ -295,3 +295,38 @@ async fn a_bad_spec_is_refused_naming_the_field_and_writes_nothing() {
         assert!(!d.exists(), "{} was created", d.display());
     }
 }
+
+struct PanickingHook;
+impl Hooks for PanickingHook {
+    fn on_operation(&self, _: &Operation<'_>) {
+        panic!("this hook is broken");
+    }
+}
+
+#[tokio::test]
+async fn a_hook_that_panics_is_reported_once_and_never_fails_the_run() {
+    let seen = Arc::new(Seen::default());
+    let warnings = Arc::new(Mutex::new(Vec::new()));
+    let w = warnings.clone();
+    let options = JourneysOptions {
+        hooks: vec![Arc::new(PanickingHook), seen.clone()],
+        notices: Some(Arc::new(move |n| {
+            if let bench_run::Notice::Warning(m) = n {
+                w.lock().unwrap().push(m);
+            }
+        })),
+        ..JourneysOptions::default()
+    };
+    let handle = start_journeys(spec(&["list_models"], 4, 1), options)
+        .await
+        .unwrap();
+    let done = handle.wait().await.unwrap();
+    assert!(done.passed(), "{:?}", done.problems);
+    assert_eq!(done.stopped_by, StopBy::Completed);
+    let warnings = warnings.lock().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("this hook is broken"), "{warnings:?}");
+    // The other hook still saw every operation and the end.
+    assert_eq!(seen.total.load(Ordering::SeqCst), 4);
+    assert_eq!(*seen.ends.lock().unwrap(), [StopBy::Completed]);
+}
