@@ -25,6 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use bench_run::probe::ProbeTarget;
 use bench_sim::{Flavor, LatencyMode, SimConfig, SimServer};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -402,29 +403,6 @@ pub(crate) fn parse_extra_body(
     })
 }
 
-/// The server to talk to: `base_url`, or the embedded simulator described by `sim` on a free
-/// loopback port (returned, for the caller to shut down).
-pub(crate) async fn server_or_embedded(
-    base_url: Option<&str>,
-    sim: &SimModelArgs,
-    model: Option<&str>,
-) -> Result<(Option<SimServer>, String), CliError> {
-    if let Some(u) = base_url {
-        return Ok((None, u.to_string()));
-    }
-    let cfg = sim
-        .to_config(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            model.map_or_else(|| SimConfig::default().model, str::to_owned),
-        )
-        .map_err(CliError::Usage)?;
-    let server = SimServer::start(cfg)
-        .await
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    let url = server.base_url();
-    Ok((Some(server), url))
-}
-
 /// Runs `bench probe`.
 pub async fn run_probe(args: ProbeArgs) -> Result<(), CliError> {
     if !args.timeout_s.is_finite() || args.timeout_s <= 0.0 {
@@ -438,11 +416,21 @@ pub async fn run_probe(args: ProbeArgs) -> Result<(), CliError> {
     }
     let headers = parse_headers(&args.headers)?;
     let extra = parse_extra_body(args.extra_request_body.as_deref())?;
-    let (embedded, base_url) =
-        server_or_embedded(args.base_url.as_deref(), &args.sim, args.model.as_deref()).await?;
+    let target = match &args.base_url {
+        Some(u) => ProbeTarget::Url(u.clone()),
+        None => ProbeTarget::Embedded(Box::new(
+            args.sim
+                .to_config(
+                    SocketAddr::from(([127, 0, 0, 1], 0)),
+                    args.model
+                        .clone()
+                        .unwrap_or_else(|| SimConfig::default().model),
+                )
+                .map_err(CliError::Usage)?,
+        )),
+    };
     let probe = bench_run::probe::Probe {
-        base_url,
-        embedded: embedded.is_some(),
+        target,
         model: args.model.clone(),
         prompt: args.prompt.clone(),
         max_tokens: args.max_tokens,
@@ -461,13 +449,9 @@ pub async fn run_probe(args: ProbeArgs) -> Result<(), CliError> {
         headers,
         extra_body: extra,
     };
-    let result = bench_run::probe::probe(&probe)
+    let report = bench_run::probe::probe(&probe)
         .await
-        .map_err(run::run_error);
-    if let Some(s) = embedded {
-        s.shutdown().await;
-    }
-    let report = result?;
+        .map_err(run::run_error)?;
     if args.json {
         let text = serde_json::to_string_pretty(&report)
             .map_err(|e| CliError::Failed(format!("cannot encode the report: {e}")))?;

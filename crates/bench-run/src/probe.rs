@@ -14,9 +14,7 @@ use crate::RunError;
 #[derive(Debug, Clone)]
 pub struct Probe {
     /// The server.
-    pub base_url: String,
-    /// Whether it is the embedded simulator (reported).
-    pub embedded: bool,
+    pub target: ProbeTarget,
     /// Model name; by default the first `GET /v1/models` lists.
     pub model: Option<String>,
     /// The user message.
@@ -35,6 +33,16 @@ pub struct Probe {
     pub headers: Vec<(String, String)>,
     /// JSON merged into the body last.
     pub extra_body: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Where a probe's turn goes.
+#[derive(Debug, Clone)]
+pub enum ProbeTarget {
+    /// A server at this base URL.
+    Url(String),
+    /// The embedded simulator with this configuration, started on its address for the one
+    /// turn, then stopped.
+    Embedded(Box<bench_sim::SimConfig>),
 }
 
 fn transport_error(e: bench_transport::Error) -> RunError {
@@ -134,7 +142,21 @@ impl ProbeReport {
 
 /// Sends `p`'s one turn and reports it.
 pub async fn probe(p: &Probe) -> Result<ProbeReport, RunError> {
-    let mut cfg = ClientConfig::new(&p.base_url);
+    match &p.target {
+        ProbeTarget::Url(url) => probe_at(p, url, false).await,
+        ProbeTarget::Embedded(sim) => {
+            let server = bench_sim::SimServer::start((**sim).clone())
+                .await
+                .map_err(|e| RunError::Invalid(e.to_string()))?;
+            let r = probe_at(p, &server.base_url(), true).await;
+            server.shutdown().await;
+            r
+        }
+    }
+}
+
+async fn probe_at(p: &Probe, base_url: &str, embedded: bool) -> Result<ProbeReport, RunError> {
+    let mut cfg = ClientConfig::new(base_url);
     cfg.timeout = p.timeout;
     cfg.headers = p.headers.clone();
     let client = Client::new(cfg).map_err(transport_error)?;
@@ -164,7 +186,7 @@ pub async fn probe(p: &Probe) -> Result<ProbeReport, RunError> {
         .map_err(transport_error)?;
     Ok(ProbeReport::new(
         client.base_url(),
-        p.embedded,
+        embedded,
         model,
         &outcome,
     ))
