@@ -49,6 +49,8 @@ pub enum ArrivalArg {
     Poisson,
     /// Evenly spaced.
     Constant,
+    /// Gamma-distributed gaps of shape --burstiness (vLLM's definition; 1 is Poisson).
+    Gamma,
 }
 
 /// `bench run` flags. They become a [`RunSpec`], recorded in `run.json` (header values never
@@ -85,6 +87,10 @@ pub struct RunCmd {
     /// Spacing of open-loop session starts.
     #[arg(long, value_enum, default_value_t = ArrivalArg::Poisson, requires = "rate")]
     pub arrival: ArrivalArg,
+    /// Gamma arrivals: the shape B; below 1 burstier than Poisson, above 1 more even (the
+    /// gaps' coefficient of variation is 1/sqrt(B)).
+    #[arg(long, value_name = "B")]
+    pub burstiness: Option<f64>,
     /// Play the first N sessions of the pool, cut to 3 turns, before measuring; their records
     /// are marked `warmup` and left out of every metric.
     #[arg(
@@ -336,6 +342,9 @@ impl RunCmd {
     /// elsewhere), header values left out.
     pub fn to_spec(&self) -> Result<RunSpec, CliError> {
         let usage = |m: &str| Err(CliError::Usage(m.into()));
+        if self.burstiness.is_some() && !matches!(self.arrival, ArrivalArg::Gamma) {
+            return usage("--burstiness needs --arrival gamma");
+        }
         if self.duration.is_some_and(|d| d.is_zero()) {
             return usage(
                 "--duration 0 (agentic-bench: loop the pool with no deadline) is refused: give a \
@@ -394,6 +403,9 @@ impl RunCmd {
                     process: match self.arrival {
                         ArrivalArg::Poisson => ArrivalProcess::Poisson,
                         ArrivalArg::Constant => ArrivalProcess::Constant,
+                        ArrivalArg::Gamma => ArrivalProcess::Gamma {
+                            burstiness: self.burstiness.unwrap_or(1.0),
+                        },
                     },
                     seed: self.plan.seed,
                 },

@@ -446,6 +446,13 @@ impl RunSpec {
                 if max_in_flight == Some(0) {
                     return Err(invalid("max_in_flight must be at least 1 (or unset)"));
                 }
+                if let bench_runner::ArrivalProcess::Gamma { burstiness } = arrival.process {
+                    if !burstiness.is_finite() || burstiness <= 0.0 {
+                        return Err(invalid(format!(
+                            "burstiness must be a positive number (1 is Poisson), not {burstiness}"
+                        )));
+                    }
+                }
             }
             Load::Closed { .. } => {}
         }

@@ -89,7 +89,7 @@ impl ToolWaits {
 }
 
 /// How sessions arrive in an open-loop run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ArrivalProcess {
     /// Exponential gaps between session starts (a Poisson process).
@@ -97,6 +97,13 @@ pub enum ArrivalProcess {
     Poisson,
     /// Evenly spaced session starts.
     Constant,
+    /// Gamma-distributed gaps with shape `burstiness` and the rate's mean (vLLM's
+    /// `--burstiness`): 1 is Poisson, below 1 burstier, above 1 more even; the gaps'
+    /// coefficient of variation is `1 / sqrt(burstiness)`.
+    Gamma {
+        /// The gamma shape, > 0.
+        burstiness: f64,
+    },
 }
 
 /// Open loop: sessions start on a schedule of their own, whatever the server's speed.

@@ -431,6 +431,14 @@ fn interarrival(a: &Arrival, rng: &mut rand_chacha::ChaCha8Rng) -> Duration {
         ArrivalProcess::Constant => mean,
         // Inverse transform of a uniform in (0, 1].
         ArrivalProcess::Poisson => -(1.0 - rng.random::<f64>()).ln() * mean,
+        // Shape B, scale mean / B: the mean stays 1 / rate.
+        ArrivalProcess::Gamma { burstiness } => {
+            match rand_distr::Gamma::new(burstiness, mean / burstiness) {
+                Ok(g) => rand_distr::Distribution::sample(&g, rng),
+                // Refused by validation; an even schedule rather than none.
+                Err(_) => mean,
+            }
+        }
     };
     Duration::from_secs_f64(s.clamp(0.0, 1e9))
 }

@@ -375,6 +375,27 @@ fn bad_rate_is_a_usage_error() {
 }
 
 #[test]
+fn bad_burstiness_is_a_usage_error() {
+    for (args, want) in [
+        (
+            &["--arrival", "gamma", "--burstiness", "0"][..],
+            "burstiness must be a positive number",
+        ),
+        (
+            &["--burstiness", "0.5"][..],
+            "--burstiness needs --arrival gamma",
+        ),
+    ] {
+        let mut all = vec!["run", "--rate", "5", "--dataset", "random"];
+        all.extend_from_slice(args);
+        let out = run(&all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn output_appends_a_line_per_run_and_csv_has_a_row_per_turn() {
     let _serial = serial();
     let dir = tempdir("run-exports");

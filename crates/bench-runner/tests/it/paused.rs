@@ -962,6 +962,41 @@ async fn open_loop_poisson_arrivals_have_the_rate_and_repeat_with_the_seed() {
     assert_ne!(schedule(8).await, a, "another seed, another schedule");
 }
 
+/// vLLM's `--burstiness`: gamma gaps whose coefficient of variation is 1 / sqrt(B), at the
+/// rate asked for, over 2,000 session starts.
+#[tokio::test(start_paused = true)]
+async fn open_loop_gamma_arrivals_have_the_rate_and_the_burstiness() {
+    for burstiness in [0.25, 1.0, 4.0] {
+        let fake = Fake::uniform(100);
+        let mut cfg = RunConfig::new("fake", 0);
+        cfg.arrival = Some(Arrival {
+            rate: 20.0,
+            process: ArrivalProcess::Gamma { burstiness },
+            seed: 11,
+        });
+        let out = play(sessions(2_001, 1), &fake, cfg).await;
+        assert_eq!(out.turns.len(), 2_001);
+        let mut due = vec![0.0; 2_001];
+        for t in &out.turns {
+            due[sid(&t.session_id) as usize] = t.sent_s;
+        }
+        let gaps: Vec<f64> = due.windows(2).map(|w| w[1] - w[0]).collect();
+        let n = gaps.len() as f64;
+        let mean = gaps.iter().sum::<f64>() / n;
+        let sd = (gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        let cv = sd / mean;
+        let want = 1.0 / burstiness.sqrt();
+        assert!(
+            (mean - 0.05).abs() < 0.005,
+            "B={burstiness}: mean gap {mean} s"
+        );
+        assert!(
+            (cv - want).abs() <= 0.1 * want,
+            "B={burstiness}: CV {cv:.3}, expected {want:.3} within 10%"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn open_loop_ends_when_the_last_session_ends() {
     let fake = Fake::uniform(100);
