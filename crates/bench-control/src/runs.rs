@@ -283,8 +283,16 @@ impl RunEntry {
         true
     }
 
-    /// The engine runs; `cancel` stops it (at once if a cancel was asked for already).
-    fn running(&self, cancel: CancelFn) {
+    /// The engine runs: its events so far go into the log (the receiver, for the rest, is
+    /// returned) and `cancel` stops it (at once if a cancel was asked for already).
+    fn running(
+        &self,
+        cancel: CancelFn,
+        (history, rx): (Vec<EventLine>, broadcast::Receiver<EventLine>),
+    ) -> broadcast::Receiver<EventLine> {
+        for e in &history {
+            push_lifecycle(&self.log, e);
+        }
         let mut s = self.state();
         s.status = Some(RunStatus::Running);
         s.cancel = Some(cancel.clone());
@@ -293,6 +301,7 @@ impl RunEntry {
         if now {
             cancel();
         }
+        rx
     }
 
     fn cancel_requested(&self) -> bool {
@@ -934,30 +943,14 @@ impl Control {
             graders: self.cfg.graders.clone(),
             ..RunOptions::default()
         };
-        let max_error_rate = spec.judge.max_error_rate;
-        // A cancel while it plans or waits for its server ends it there.
-        let started = tokio::select! {
-            r = bench_run::start(spec, options) => r,
-            () = entry.cancelled.notified() => {
-                entry.finish(RunStatus::Cancelled, Some(Summary::before_start()), None);
-                return;
-            }
-        };
-        let handle = match started {
-            Ok(h) => h,
-            Err(e) => {
-                entry.finish(RunStatus::Failed, None, Some(e.to_string()));
-                return;
-            }
+        let Some(handle) = started(entry, bench_run::start(spec, options)).await else {
+            return;
         };
         let canceller = handle.canceller();
-        entry.running(Arc::new(move || {
-            canceller.cancel(bench_run::CancelledBy::Caller)
-        }));
-        let (history, rx) = handle.events_with_history();
-        for e in &history {
-            push_lifecycle(&entry.log, e);
-        }
+        let rx = entry.running(
+            Arc::new(move || canceller.cancel(bench_run::CancelledBy::Caller)),
+            handle.events_with_history(),
+        );
         let counters = handle.progress_counters();
         let log = entry.log.clone();
         let live = entry.live.clone();
@@ -974,7 +967,6 @@ impl Control {
                 let v = report.verdict().err();
                 s.passed = Some(v.is_none());
                 s.verdict = v;
-                let _ = max_error_rate;
                 entry.finish(status, Some(s), None);
             }
             Err(e) => entry.finish(RunStatus::Failed, None, Some(e.to_string())),
@@ -1012,28 +1004,15 @@ impl Control {
             on_run: Some(Arc::new(on_run)),
             notices: Some(Self::notices(&entry.log)),
         };
-        let started = tokio::select! {
-            r = bench_run::journeys::start_journeys(spec, options) => r,
-            () = entry.cancelled.notified() => {
-                entry.finish(RunStatus::Cancelled, Some(Summary::before_start()), None);
-                return;
-            }
-        };
-        let handle = match started {
-            Ok(h) => h,
-            Err(e) => {
-                entry.finish(RunStatus::Failed, None, Some(e.to_string()));
-                return;
-            }
+        let start = bench_run::journeys::start_journeys(spec, options);
+        let Some(handle) = started(entry, start).await else {
+            return;
         };
         let cancel = handle.canceller();
-        entry.running(Arc::new(move || {
-            cancel.cancel(bench_run::CancelledBy::Caller)
-        }));
-        let (history, rx) = handle.events_with_history();
-        for e in &history {
-            push_lifecycle(&entry.log, e);
-        }
+        let rx = entry.running(
+            Arc::new(move || cancel.cancel(bench_run::CancelledBy::Caller)),
+            handle.events_with_history(),
+        );
         let result = follow(&entry.log, rx, handle.wait(), || {}).await;
         match result {
             Ok(r) => {
@@ -1102,6 +1081,27 @@ impl Control {
         a.cancel();
         while !a.log.is_closed() {
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The handle `start` gives, unless the start fails (the run ends `failed`) or a cancel comes
+/// while it plans or waits for its server (it ends `cancelled` there).
+async fn started<H>(
+    entry: &RunEntry,
+    start: impl std::future::Future<Output = Result<H, bench_run::RunError>>,
+) -> Option<H> {
+    tokio::select! {
+        r = start => match r {
+            Ok(h) => Some(h),
+            Err(e) => {
+                entry.finish(RunStatus::Failed, None, Some(e.to_string()));
+                None
+            }
+        },
+        () = entry.cancelled.notified() => {
+            entry.finish(RunStatus::Cancelled, Some(Summary::before_start()), None);
+            None
         }
     }
 }
