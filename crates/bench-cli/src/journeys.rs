@@ -31,7 +31,7 @@ pub struct JourneysCmd {
     /// List the journeys (name, kind, flags, description) and exit.
     #[arg(long)]
     pub list: bool,
-    /// Server to time (http:// only). Without it the `openai` pack starts the embedded
+    /// Server to time (http:// or https://). Without it the `openai` pack starts the embedded
     /// simulator; other journeys need it.
     #[arg(long, env = "BENCH_BASE_URL")]
     pub base_url: Option<String>,
@@ -86,6 +86,9 @@ pub struct JourneysCmd {
     /// sub-millisecond operations).
     #[arg(long, default_value_t = 0.0)]
     pub min_delta_ms: f64,
+    /// TLS for an https:// --base-url.
+    #[command(flatten)]
+    pub tls: crate::TlsArgs,
     /// Embedded simulator (openai pack without --base-url).
     #[command(flatten)]
     pub sim: EmbeddedSimArgs,
@@ -118,6 +121,7 @@ impl JourneysCmd {
             min_rps: self.min_rps,
             max_p50_ms: self.max_p50_ms,
             max_p99_ms: self.max_p99_ms,
+            tls: self.tls.options(),
         })
     }
 }

@@ -12,12 +12,14 @@ mod run;
 mod run_args;
 mod serve;
 mod status;
+mod tls_args;
 mod workload;
 
 pub use journeys::run_journeys;
 pub use run::run_run;
 pub use serve::run_serve;
 pub use status::run_status;
+pub use tls_args::{SimTlsArgs, TlsArgs};
 pub use workload::{run_import, run_plan};
 
 use std::io::Write;
@@ -166,6 +168,10 @@ pub struct SimModelArgs {
     /// otherwise ~4 bytes per token.
     #[arg(long, value_name = "PATH")]
     pub tokenizer: Option<PathBuf>,
+    /// The first N output tokens of every answer are reasoning, in each API's own shape
+    /// (chat `reasoning_content`, Responses reasoning deltas, Messages thinking blocks).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub reasoning_tokens: u32,
 }
 
 impl SimModelArgs {
@@ -199,6 +205,7 @@ impl SimModelArgs {
             seed: self.seed,
             default_max_tokens: self.default_max_tokens,
             tokenizer: self.tokenizer.clone(),
+            reasoning_tokens: self.reasoning_tokens,
             ..SimConfig::default()
         };
         // Each field's flag is its name with dashes.
@@ -238,6 +245,9 @@ pub struct SimArgs {
     /// Send `x-worker-id: ID` on every response (for routing-stickiness tests).
     #[arg(long)]
     pub worker_id: Option<String>,
+    /// HTTPS.
+    #[command(flatten)]
+    pub tls: SimTlsArgs,
     /// Model flags.
     #[command(flatten)]
     pub sim: SimModelArgs,
@@ -246,7 +256,7 @@ pub struct SimArgs {
 /// `bench probe` flags.
 #[derive(Debug, Clone, Args)]
 pub struct ProbeArgs {
-    /// Server to probe (http:// only). Without it, the embedded simulator is started.
+    /// Server to probe (http:// or https://). Without it, the embedded simulator is started.
     #[arg(long, env = "BENCH_BASE_URL")]
     pub base_url: Option<String>,
     /// Model name; by default the first model listed by GET /v1/models.
@@ -282,6 +292,14 @@ pub struct ProbeArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// The API to call: chat (/v1/chat/completions), responses (/v1/responses), messages
+    /// (Anthropic /v1/messages: `x-api-key` from ANTHROPIC_API_KEY) or completions
+    /// (/v1/completions, the prompt rendered as "User: …" lines).
+    #[arg(long, default_value = "chat", value_name = "API")]
+    pub endpoint: bench_transport::Endpoint,
+    /// TLS for an https:// --base-url.
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// Model flags of the embedded simulator (used only without --base-url).
     #[command(flatten)]
     pub sim: SimModelArgs,
@@ -344,6 +362,7 @@ pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
     config.request_log = args.request_log.clone();
     config.session_header = args.session_header.clone();
     config.worker_id = args.worker_id.clone();
+    config.tls = args.tls.identity()?;
     let server = SimServer::start(config)
         .await
         .map_err(|e| CliError::Usage(e.to_string()))?;
@@ -448,7 +467,12 @@ pub async fn run_probe(args: ProbeArgs) -> Result<(), CliError> {
         timeout: Duration::from_secs_f64(args.timeout_s),
         headers,
         extra_body: extra,
+        tls: args.tls.options(),
+        endpoint: args.endpoint,
     };
+    if args.tls.insecure && args.base_url.is_some() {
+        eprintln!("warning: {}", bench_run::INSECURE_WARNING);
+    }
     let report = bench_run::probe::probe(&probe)
         .await
         .map_err(run::run_error)?;

@@ -51,6 +51,9 @@ pub enum ArrivalArg {
     Constant,
     /// Gamma-distributed gaps of shape --burstiness (vLLM's definition; 1 is Poisson).
     Gamma,
+    /// Each session starts at its recorded offset (a timed trace: Mooncake, LMCache), times
+    /// --time-scale; no --rate.
+    Trace,
 }
 
 /// `bench run` flags. They become a [`RunSpec`], recorded in `run.json` (header values never
@@ -64,7 +67,7 @@ pub struct RunCmd {
     /// --json, --progress-interval and --no-progress-bar may be given with it.
     #[arg(long, value_name = "RUN_DIR")]
     pub resume: Option<PathBuf>,
-    /// Server to benchmark (http:// only). Without it, the embedded simulator is started.
+    /// Server to benchmark (http:// or https://). Without it, the embedded simulator is started.
     #[arg(long, env = "BENCH_BASE_URL")]
     pub base_url: Option<String>,
     /// Model name; by default the first model listed by GET /v1/models.
@@ -84,9 +87,13 @@ pub struct RunCmd {
     /// once; turns sent before enough are active fall outside the steady window.
     #[arg(long, value_parser = parse_duration, conflicts_with = "rate")]
     pub ramp_up: Option<Duration>,
-    /// Spacing of open-loop session starts.
-    #[arg(long, value_enum, default_value_t = ArrivalArg::Poisson, requires = "rate")]
-    pub arrival: ArrivalArg,
+    /// Spacing of open-loop session starts [default: poisson]. `trace` needs no --rate: the
+    /// trace's own timestamps decide.
+    #[arg(long, value_enum)]
+    pub arrival: Option<ArrivalArg>,
+    /// Trace arrivals: multiply every recorded offset (0.5 plays the trace twice as fast).
+    #[arg(long, value_name = "F")]
+    pub time_scale: Option<f64>,
     /// Gamma arrivals: the shape B; below 1 burstier than Poisson, above 1 more even (the
     /// gaps' coefficient of variation is 1/sqrt(B)).
     #[arg(long, value_name = "B")]
@@ -244,6 +251,9 @@ pub struct RunCmd {
     /// Dataset and selection.
     #[command(flatten)]
     pub plan: PlanArgs,
+    /// TLS for an https:// --base-url.
+    #[command(flatten)]
+    pub tls: crate::TlsArgs,
     /// Embedded simulator (without --base-url).
     #[command(flatten)]
     pub sim: EmbeddedSimArgs,
@@ -297,6 +307,7 @@ impl EmbeddedSimArgs {
             seed: 0,
             default_max_tokens: d.default_max_tokens,
             tokenizer: None,
+            reasoning_tokens: 0,
         }
     }
 }
@@ -333,7 +344,7 @@ pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v * mult))
 }
 
-fn absolute(p: &std::path::Path) -> PathBuf {
+pub(crate) fn absolute(p: &std::path::Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_owned())
 }
 
@@ -342,8 +353,21 @@ impl RunCmd {
     /// elsewhere), header values left out.
     pub fn to_spec(&self) -> Result<RunSpec, CliError> {
         let usage = |m: &str| Err(CliError::Usage(m.into()));
-        if self.burstiness.is_some() && !matches!(self.arrival, ArrivalArg::Gamma) {
+        if self.burstiness.is_some() && !matches!(self.arrival, Some(ArrivalArg::Gamma)) {
             return usage("--burstiness needs --arrival gamma");
+        }
+        let trace = matches!(self.arrival, Some(ArrivalArg::Trace));
+        if self.time_scale.is_some() && !trace {
+            return usage("--time-scale needs --arrival trace");
+        }
+        if trace && self.rate.is_some() {
+            return usage(
+                "--arrival trace starts sessions at their recorded times: --rate does not apply \
+                 (use --time-scale to play the trace faster or slower)",
+            );
+        }
+        if self.arrival.is_some() && !trace && self.rate.is_none() {
+            return usage("--arrival needs --rate (or --arrival trace)");
         }
         if self.duration.is_some_and(|d| d.is_zero()) {
             return usage(
@@ -389,6 +413,7 @@ impl RunCmd {
                 base_url,
                 header_names: Vec::new(),
                 ready_timeout: self.ready_timeout,
+                tls: self.tls.options(),
             },
             None => {
                 let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
@@ -396,15 +421,19 @@ impl RunCmd {
                 Target::Embedded(EmbeddedSim::from_config(&c.map_err(CliError::Usage)?))
             }
         };
-        let load = match self.rate {
+        // Trace arrivals: the rate is the trace's, set once the plan is built.
+        let load = match self.rate.or(trace.then_some(0.0)) {
             Some(rate) => Load::Open {
                 arrival: Arrival {
                     rate,
-                    process: match self.arrival {
+                    process: match self.arrival.unwrap_or(ArrivalArg::Poisson) {
                         ArrivalArg::Poisson => ArrivalProcess::Poisson,
                         ArrivalArg::Constant => ArrivalProcess::Constant,
                         ArrivalArg::Gamma => ArrivalProcess::Gamma {
                             burstiness: self.burstiness.unwrap_or(1.0),
+                        },
+                        ArrivalArg::Trace => ArrivalProcess::Trace {
+                            time_scale: self.time_scale.unwrap_or(1.0),
                         },
                     },
                     seed: self.plan.seed,

@@ -111,6 +111,21 @@ impl RunResult {
             "  TTFT 2+/1 (p50)     {:>10}",
             num(m.ttft_later_over_first_p50, 2)
         ));
+        if let Some(r) = &m.reasoning {
+            line(dist("TTFA (answer)", &m.ttfa_ms));
+            line(format!(
+                "  reasoning           {} turns · {} reasoning / {} answer chunks · {} reasoning tokens · thinking p50 {} ms",
+                r.turns,
+                r.reasoning_chunks,
+                r.answer_chunks,
+                r.reasoning_tokens
+                    .map_or("n/a".to_string(), |t| t.to_string()),
+                num(r.thinking_p50_ms, 1)
+            ));
+        }
+        if m.tls_handshake_ms.count > 0 {
+            line(dist("TLS handshake", &m.tls_handshake_ms));
+        }
         line(dist("TPOT", &m.tpot_ms));
         line(pooled("ITL (chunk gaps)", &m.itl_ms));
         line(dist("e2e", &m.e2e_ms));

@@ -218,7 +218,7 @@ pub fn append_result_line(path: &Path, line: &Value) -> Result<(), ExportError> 
 }
 
 /// Columns of [`write_turns_csv`], in order.
-pub const TURNS_CSV_COLUMNS: [&str; 26] = [
+pub const TURNS_CSV_COLUMNS: [&str; 32] = [
     "session_id",
     "replay",
     "turn_index",
@@ -243,6 +243,12 @@ pub const TURNS_CSV_COLUMNS: [&str; 26] = [
     "end_utc",
     "worker",
     "redials",
+    "ttfa_ms",
+    "reasoning_chunks",
+    "answer_chunks",
+    "reasoning_tokens",
+    "connect_ms",
+    "tls_ms",
     "warmup",
     "error",
 ];
@@ -350,6 +356,12 @@ fn write_row<W: std::io::Write>(
     w.write_field(&t.end_utc)?;
     w.write_field(t.worker.as_deref().unwrap_or(""))?;
     num(w, Some(&t.redials))?;
+    num(w, opt_time(&t.ttfa_ms))?;
+    num(w, t.reasoning_chunks.as_ref().map(|v| v as _))?;
+    num(w, t.answer_chunks.as_ref().map(|v| v as _))?;
+    num(w, opt_count(&t.reasoning_tokens))?;
+    num(w, opt_time(&t.connect_ms))?;
+    num(w, opt_time(&t.tls_ms))?;
     w.write_field(if t.warmup { "true" } else { "false" })?;
     w.write_field(t.error.as_deref().unwrap_or(""))?;
     w.write_record(std::iter::empty::<&[u8]>())
@@ -431,6 +443,12 @@ mod tests {
             worker: Some("w0".into()),
             redials: 1,
             warmup: false,
+            ttfa_ms: Some(250.5),
+            reasoning_chunks: Some(8),
+            answer_chunks: Some(56),
+            reasoning_tokens: Some(8),
+            connect_ms: Some(0.25),
+            tls_ms: Some(3.5),
             superseded: false,
         }
     }
@@ -454,6 +472,12 @@ mod tests {
             worker: None,
             redials: 0,
             warmup: true,
+            ttfa_ms: None,
+            reasoning_chunks: None,
+            answer_chunks: None,
+            reasoning_tokens: None,
+            connect_ms: None,
+            tls_ms: None,
             ..turn(index)
         }
     }
@@ -615,6 +639,12 @@ mod tests {
         assert_eq!(col(ok, "sent_utc"), "2025-01-02T03:04:05.123Z");
         assert_eq!(col(ok, "worker"), "w0");
         assert_eq!(col(ok, "redials"), "1");
+        assert_eq!(col(ok, "ttfa_ms"), "250.5");
+        assert_eq!(col(ok, "reasoning_chunks"), "8");
+        assert_eq!(col(ok, "answer_chunks"), "56");
+        assert_eq!(col(ok, "reasoning_tokens"), "8");
+        assert_eq!(col(ok, "connect_ms"), "0.25");
+        assert_eq!(col(ok, "tls_ms"), "3.5");
         assert_eq!(col(ok, "warmup"), "false");
         assert_eq!(col(ok, "error"), "");
         let parsed: f64 = col(ok, "sent_s").parse().expect("a number");
@@ -635,6 +665,9 @@ mod tests {
             "recorded_output_tokens",
             "first_token_s",
             "worker",
+            "ttfa_ms",
+            "reasoning_tokens",
+            "tls_ms",
         ] {
             assert_eq!(col(bad, empty), "", "{empty}");
         }

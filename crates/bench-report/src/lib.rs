@@ -24,8 +24,8 @@ mod stats;
 
 pub use record::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
 pub use result::{
-    DEFAULT_STEADY_FRAC, Dist, KeyedP50, LagDist, Metrics, OslFidelity, PerUserRate, RunInfo,
-    RunResult, SteadyWindow, Summary, compute, input_band, min_active,
+    DEFAULT_STEADY_FRAC, Dist, KeyedP50, LagDist, Metrics, OslFidelity, PerUserRate,
+    ReasoningSummary, RunInfo, RunResult, SteadyWindow, Summary, compute, input_band, min_active,
 };
 pub use slo::{Slo, SloParseError};
 pub use stats::{ITL_EXACT_LIMIT, PooledDist, percentile};

@@ -116,6 +116,19 @@ pub struct Metrics {
     pub ttft_later_turns_ms: Dist,
     /// `ttft_later_turns_ms.p50 / ttft_first_turn_ms.p50`.
     pub ttft_later_over_first_p50: Option<f64>,
+    /// Time to the first *answer* token (reasoning excluded), ms: equals TTFT for a model that
+    /// does not reason first. (Absent in results written before it existed.)
+    #[serde(default)]
+    pub ttfa_ms: Dist,
+    /// Reasoning, over turns that produced any (`null` when none did).
+    #[serde(default)]
+    pub reasoning: Option<ReasoningSummary>,
+    /// TCP connect time of the connections turns opened, ms (reused connections: none).
+    #[serde(default)]
+    pub connect_ms: Dist,
+    /// TLS handshake time of the connections turns opened, ms (plain HTTP: none).
+    #[serde(default)]
+    pub tls_handshake_ms: Dist,
     /// Per-turn time per output token, ms.
     pub tpot_ms: Dist,
     /// Gaps between consecutive output chunks, pooled over turns, ms.
@@ -155,6 +168,22 @@ pub struct Metrics {
     pub slo_attainment: Option<f64>,
     /// How late requests left: `sent_s − due_s`, ms.
     pub dispatch_lag_ms: LagDist,
+}
+
+/// How much of the output was reasoning.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReasoningSummary {
+    /// Ok turns with at least one reasoning chunk.
+    pub turns: u64,
+    /// Σ reasoning chunks.
+    pub reasoning_chunks: u64,
+    /// Σ answer chunks of the same turns.
+    pub answer_chunks: u64,
+    /// Σ reasoning tokens the server's usage reported (`null` when it never did: the Messages
+    /// API does not).
+    pub reasoning_tokens: Option<u64>,
+    /// Median of `ttfa − ttft` over those turns: how long the model thought before answering, ms.
+    pub thinking_p50_ms: Option<f64>,
 }
 
 /// Summary of an exactly computed distribution (see [`percentile`]); fields are `null` when there
@@ -560,6 +589,10 @@ impl Metrics {
             ttft_first_turn_ms,
             ttft_later_turns_ms,
             ttft_later_over_first_p50,
+            ttfa_ms: Dist::from_values(turns.iter().filter_map(|r| r.ttfa_ms)),
+            reasoning: reasoning_summary(&turns),
+            connect_ms: Dist::from_values(turns.iter().filter_map(|r| r.connect_ms)),
+            tls_handshake_ms: Dist::from_values(turns.iter().filter_map(|r| r.tls_ms)),
             tpot_ms: Dist::from_values(turns.iter().filter_map(|r| r.tpot_ms)),
             itl_ms: PooledDist::from_values(&gaps, ITL_EXACT_LIMIT),
             e2e_ms: Dist::from_values(turns.iter().filter_map(|r| r.e2e_ms)),
@@ -592,6 +625,30 @@ impl Metrics {
             },
         }
     }
+}
+
+fn reasoning_summary(turns: &[&TurnRecord]) -> Option<ReasoningSummary> {
+    let with: Vec<&&TurnRecord> = turns
+        .iter()
+        .filter(|r| r.reasoning_chunks.is_some_and(|n| n > 0))
+        .collect();
+    if with.is_empty() {
+        return None;
+    }
+    let sum = |f: fn(&TurnRecord) -> Option<u64>| with.iter().filter_map(|r| f(r)).sum::<u64>();
+    let reported = with.iter().any(|r| r.reasoning_tokens.is_some());
+    let mut thinking: Vec<f64> = with
+        .iter()
+        .filter_map(|r| Some(r.ttfa_ms? - r.ttft_ms?))
+        .collect();
+    thinking.sort_by(f64::total_cmp);
+    Some(ReasoningSummary {
+        turns: with.len() as u64,
+        reasoning_chunks: sum(|r| r.reasoning_chunks.map(u64::from)),
+        answer_chunks: sum(|r| r.answer_chunks.map(u64::from)),
+        reasoning_tokens: reported.then(|| sum(|r| r.reasoning_tokens)),
+        thinking_p50_ms: percentile(&thinking, 0.5),
+    })
 }
 
 /// Peak output rate: each turn's output tokens spread uniformly over `[first_token_s, end_s]`

@@ -68,6 +68,12 @@ fn record(gaps: usize) -> TurnRecord {
         worker: Some("vllm-worker-3.bench.svc.cluster.local".into()),
         redials: 1,
         warmup: false,
+        ttfa_ms: None,
+        reasoning_chunks: None,
+        answer_chunks: None,
+        reasoning_tokens: None,
+        connect_ms: None,
+        tls_ms: None,
         superseded: false,
     }
 }

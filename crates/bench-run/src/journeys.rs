@@ -84,6 +84,9 @@ pub struct JourneysSpec {
     pub max_p50_ms: Option<f64>,
     /// Fail when a journey's mean p99 is above this many ms.
     pub max_p99_ms: Option<f64>,
+    /// TLS trust and client certificate for an `https://` base URL.
+    #[serde(skip_serializing_if = "bench_transport::TlsOptions::is_default")]
+    pub tls: bench_transport::TlsOptions,
 }
 
 impl Default for JourneysSpec {
@@ -104,6 +107,7 @@ impl Default for JourneysSpec {
             min_rps: None,
             max_p50_ms: None,
             max_p99_ms: None,
+            tls: bench_transport::TlsOptions::default(),
         }
     }
 }
@@ -183,8 +187,9 @@ impl JourneysSpec {
         }
         match &self.base_url {
             Some(u) => {
-                Client::new(ClientConfig::new(u.as_str()))
-                    .map_err(|e| invalid(format!("base_url: {e}")))?;
+                let mut c = ClientConfig::new(u.as_str());
+                c.tls = self.tls.clone();
+                Client::new(c).map_err(|e| invalid(format!("base_url: {e}")))?;
             }
             None if !self.is_openai() => {
                 return Err(invalid(format!(
@@ -413,6 +418,12 @@ fn prepare(
     let mut ccfg = ClientConfig::new(base_url);
     ccfg.headers = options.headers.clone();
     ccfg.timeout = spec.timeout;
+    if embedded.is_none() {
+        ccfg.tls = spec.tls.clone();
+        if let (true, Some(f)) = (spec.tls.insecure, &options.notices) {
+            f(Notice::Warning(crate::INSECURE_WARNING.into()));
+        }
+    }
     let client = Client::new(ccfg).map_err(|e| invalid(e.to_string()))?;
     let events = match &options.run_dir {
         Some(dir) => {
@@ -659,10 +670,19 @@ mod tests {
         });
         assert_eq!(m, "timeout must be positive");
         let m = bad(JourneysSpec {
-            base_url: Some("https://example.invalid".into()),
+            base_url: Some("ftp://example.invalid".into()),
             ..JourneysSpec::default()
         });
         assert!(m.starts_with("base_url: "), "{m}");
+        let m = bad(JourneysSpec {
+            base_url: Some("https://example.invalid".into()),
+            tls: bench_transport::TlsOptions {
+                ca_cert: Some("/nonexistent/ca.pem".into()),
+                ..bench_transport::TlsOptions::default()
+            },
+            ..JourneysSpec::default()
+        });
+        assert!(m.contains("--ca-cert /nonexistent/ca.pem"), "{m}");
         let m = bad(JourneysSpec {
             file: Some("/nonexistent/journeys.toml".into()),
             base_url: Some("http://127.0.0.1:9".into()),

@@ -43,7 +43,11 @@ use bench_report::export::LineContext;
 use bench_rundir::{EventLine, LifecycleEvent, Opened, StopBy, TurnStatus, files};
 use bench_runner::{CancelToken, Observer};
 use bench_sim::SimServer;
+pub use bench_transport::TlsOptions;
 use bench_transport::{Client, ClientConfig};
+
+/// The one warning line `--insecure` prints (and its runs record `tls.insecure` in `run.json`).
+pub const INSECURE_WARNING: &str = "--insecure: the server's TLS certificate is not verified (the connection is encrypted but not authenticated)";
 use bench_workload::plan::{Plan, ProgressFn};
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -356,6 +360,14 @@ async fn launch(
         }
     }
     let mut plan = build_plan(&spec, &options).await?;
+    if let Load::Open { arrival, .. } = &mut spec.load {
+        if let bench_runner::ArrivalProcess::Trace { time_scale } = arrival.process {
+            let rate = trace_rate(&plan, time_scale)?;
+            if arrival.rate <= 0.0 {
+                arrival.rate = rate;
+            }
+        }
+    }
     if let Some(r) = &resume {
         // The same plan, less the sessions already finished.
         r.check_plan(plan.summary.sessions, plan.summary.turns)?;
@@ -365,8 +377,14 @@ async fn launch(
         Target::Url {
             base_url,
             ready_timeout,
+            tls,
             ..
-        } => (None, base_url.clone(), *ready_timeout),
+        } => {
+            if tls.insecure {
+                options.notice(Notice::Warning(INSECURE_WARNING.into()));
+            }
+            (None, base_url.clone(), *ready_timeout)
+        }
         Target::Embedded(sim) => {
             let server = SimServer::start(sim.to_config(spec.request.model.as_deref()))
                 .await
@@ -396,6 +414,36 @@ async fn launch(
     Ok(prepared.spawn(spec, options, resume, embedded, grading))
 }
 
+/// Trace arrivals: every session needs a recorded start; the trace's mean session rate, as
+/// played (`time_scale` applied).
+fn trace_rate(plan: &Plan, time_scale: f64) -> Result<f64, RunError> {
+    let mut starts = Vec::with_capacity(plan.sessions.len());
+    for s in &plan.sessions {
+        match s.turns.iter().find_map(|t| t.timestamp_ms) {
+            Some(ts) => starts.push(ts),
+            None => {
+                return Err(RunError::Invalid(format!(
+                    "--arrival trace: session {} has no recorded time (timestamp_ms); timed \
+                     traces come from `bench import mooncake` or `bench import lmcache`",
+                    s.id
+                )));
+            }
+        }
+    }
+    let (lo, hi) = starts
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &t| {
+            (lo.min(t), hi.max(t))
+        });
+    let span_s = (hi - lo) / 1000.0 * time_scale;
+    let n = starts.len() as f64;
+    Ok(if n > 1.0 && span_s > 0.0 {
+        (n - 1.0) / span_s
+    } else {
+        n.max(1.0)
+    })
+}
+
 /// Everything set up, before the engine starts.
 struct Prepared {
     dir: PathBuf,
@@ -419,10 +467,15 @@ async fn prepare(
     let mut ccfg = ClientConfig::new(base_url);
     ccfg.headers = options.headers.clone();
     ccfg.timeout = spec.limits.turn_timeout;
-    // Scrapes use their own connection, never one of the workers'.
+    if let Target::Url { tls, .. } = &spec.target {
+        ccfg.tls = tls.clone();
+    }
+    // Readiness, detection, the cache flush and scrapes use connections of their own, never
+    // the workers': each worker's first turn opens its connection (and pays its TLS
+    // handshake) as a user's first request would.
     let scrape_client = Client::new(ccfg.clone()).map_err(|e| RunError::Invalid(e.to_string()))?;
     let client = Client::new(ccfg).map_err(|e| RunError::Invalid(e.to_string()))?;
-    let found = server::wait_ready(&client, ready_timeout).await?;
+    let found = server::wait_ready(&scrape_client, ready_timeout).await?;
     let model = match (&spec.request.model, &found.model) {
         (Some(m), _) | (None, Some(m)) => m.clone(),
         (None, None) => {
@@ -432,7 +485,7 @@ async fn prepare(
         }
     };
     let max_model_len = spec.request.max_model_len.or(found.max_model_len);
-    let detected = server::detect(&client, &found).await;
+    let detected = server::detect(&scrape_client, &found).await;
     let backend = match spec.backend {
         BackendChoice::Named(b) => {
             if b != detected.backend {
@@ -457,7 +510,7 @@ async fn prepare(
     std::fs::create_dir_all(&dir)
         .map_err(|e| RunError::Failed(format!("cannot create {}: {e}", dir.display())))?;
     if spec.flush_cache {
-        let path = server::flush_cache(&client, backend).await?;
+        let path = server::flush_cache(&scrape_client, backend).await?;
         options.notice(Notice::Info(format!(
             "bench run: prefix cache flushed (POST {path})"
         )));

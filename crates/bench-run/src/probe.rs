@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use bench_runner::{OutputCapField, ResponseMode};
 use bench_transport::{
-    ChatMessage, ChatRequest, Client, ClientConfig, ErrorKind, RequestOptions, Role, TurnOutcome,
+    ChatMessage, ChatRequest, Client, ClientConfig, Endpoint, ErrorKind, RequestOptions, Role,
+    TurnOutcome,
 };
 use serde::Serialize;
 
@@ -33,6 +34,10 @@ pub struct Probe {
     pub headers: Vec<(String, String)>,
     /// JSON merged into the body last.
     pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// TLS trust and client certificate for an `https://` URL.
+    pub tls: bench_transport::TlsOptions,
+    /// The API to call.
+    pub endpoint: Endpoint,
 }
 
 /// Where a probe's turn goes.
@@ -63,8 +68,18 @@ pub struct ProbeReport {
     pub model: String,
     /// Whether the response was streamed.
     pub stream: bool,
-    /// Time to first output chunk.
+    /// The API called.
+    pub endpoint: Endpoint,
+    /// Time to first output chunk (reasoning or answer).
     pub ttft_ms: Option<f64>,
+    /// Time to the first answer chunk (reasoning excluded).
+    pub ttfa_ms: Option<f64>,
+    /// Output chunks carrying reasoning.
+    pub reasoning_chunks: u32,
+    /// Output chunks carrying answer text.
+    pub answer_chunks: u32,
+    /// Reasoning tokens, as the server's usage reports them.
+    pub reasoning_tokens: Option<u64>,
     /// Request sent → end of body.
     pub e2e_ms: f64,
     /// `(e2e − ttft) / (completion_tokens − 1)`.
@@ -83,6 +98,10 @@ pub struct ProbeReport {
     pub finish_reason: Option<String>,
     /// Requests re-sent because a pooled connection had been closed.
     pub redials: u32,
+    /// TCP connect time of the turn's connection (opened for it: inside TTFT and e2e).
+    pub connect_ms: Option<f64>,
+    /// TLS handshake time of the turn's connection (`null` over plain HTTP).
+    pub tls_ms: Option<f64>,
     /// Characters of generated content.
     pub output_chars: usize,
 }
@@ -100,7 +119,12 @@ impl ProbeReport {
             embedded,
             model,
             stream: o.streamed,
+            endpoint: Endpoint::Chat,
             ttft_ms: o.ttft.map(ms),
+            ttfa_ms: o.ttfa.map(ms),
+            reasoning_chunks: o.reasoning_chunks,
+            answer_chunks: o.answer_chunks,
+            reasoning_tokens: u.reasoning_tokens,
             e2e_ms: ms(o.e2e),
             tpot_ms: o.tpot().map(ms),
             chunks: o.chunk_offsets.len(),
@@ -110,6 +134,8 @@ impl ProbeReport {
             cached_tokens: u.cached_tokens,
             finish_reason: o.finish_reason.clone(),
             redials: o.redials,
+            connect_ms: o.connect.map(ms),
+            tls_ms: o.tls.map(ms),
             output_chars: o.content.chars().count(),
         }
     }
@@ -136,7 +162,33 @@ impl ProbeReport {
             n(self.completion_tokens),
             n(self.cached_tokens),
             self.finish_reason.as_deref().unwrap_or("n/a"),
+        ) + &self.reasoning_line()
+            + &self.connection_line()
+    }
+
+    /// `  ttfa     12.0 ms (5 reasoning chunks first, 5 reasoning tokens)` when the model
+    /// reasoned.
+    fn reasoning_line(&self) -> String {
+        if self.reasoning_chunks == 0 {
+            return String::new();
+        }
+        format!(
+            "  ttfa     {} ({} reasoning chunks first, {} reasoning tokens)\n",
+            self.ttfa_ms
+                .map_or("n/a".to_string(), |v| format!("{v:.1} ms")),
+            self.reasoning_chunks,
+            self.reasoning_tokens
+                .map_or("n/a".to_string(), |v| v.to_string())
         )
+    }
+
+    /// `  connect  0.1 ms · tls 2.4 ms` for a turn that opened its connection.
+    fn connection_line(&self) -> String {
+        match (self.connect_ms, self.tls_ms) {
+            (Some(c), Some(t)) => format!("  connect  {c:.1} ms · tls handshake {t:.1} ms\n"),
+            (Some(c), None) => format!("  connect  {c:.1} ms\n"),
+            _ => String::new(),
+        }
     }
 }
 
@@ -159,10 +211,15 @@ async fn probe_at(p: &Probe, base_url: &str, embedded: bool) -> Result<ProbeRepo
     let mut cfg = ClientConfig::new(base_url);
     cfg.timeout = p.timeout;
     cfg.headers = p.headers.clone();
-    let client = Client::new(cfg).map_err(transport_error)?;
+    if !embedded {
+        cfg.tls = p.tls.clone();
+    }
+    // The model is listed on a connection of its own: the measured turn opens a fresh one,
+    // as a user's first request does, and reports its connect and TLS times.
+    let client = Client::new(cfg.clone()).map_err(transport_error)?;
     let model = match &p.model {
         Some(m) => m.clone(),
-        None => first_model(&client).await?,
+        None => first_model(&Client::new(cfg).map_err(transport_error)?).await?,
     };
     let mut req = ChatRequest::new(
         model.clone(),
@@ -180,16 +237,135 @@ async fn probe_at(p: &Probe, base_url: &str, embedded: bool) -> Result<ProbeRepo
         req.stream_options = None;
     }
     req.extra = p.extra_body.clone();
+    let opts = RequestOptions {
+        endpoint: p.endpoint,
+        headers: endpoint_headers(p.endpoint, std::env::var("ANTHROPIC_API_KEY").ok())?,
+        ..RequestOptions::default()
+    };
+    let body = endpoint_body(&req, p.endpoint)?;
     let outcome = client
-        .chat(&req, &RequestOptions::default())
+        .chat_body(body, req.wants_stream(), &opts)
         .await
         .map_err(transport_error)?;
-    Ok(ProbeReport::new(
-        client.base_url(),
-        embedded,
-        model,
-        &outcome,
-    ))
+    let mut report = ProbeReport::new(client.base_url(), embedded, model, &outcome);
+    report.endpoint = p.endpoint;
+    Ok(report)
+}
+
+/// The request body of `req` (one chat conversation) in `endpoint`'s shape:
+///
+/// * chat: as is;
+/// * responses: the messages as `input` items, the output cap as `max_output_tokens`, no
+///   `stream_options` (usage always comes with `response.completed`);
+/// * messages: system messages joined into `system`, the cap as `max_tokens` (required);
+/// * completions: the conversation rendered to one `prompt` (see [`completion_prompt`]), the
+///   cap as `max_tokens`.
+///
+/// `ignore_eos` and the extra body go into every shape.
+pub fn endpoint_body(req: &ChatRequest, endpoint: Endpoint) -> Result<bytes::Bytes, RunError> {
+    use serde_json::{Value, json};
+    if endpoint == Endpoint::Chat {
+        return req.to_body().map_err(transport_error);
+    }
+    let cap = req.max_completion_tokens.or(req.max_tokens);
+    let msgs = |keep_system: bool| -> Vec<Value> {
+        req.messages
+            .iter()
+            .filter(|m| keep_system || m.role != Role::System)
+            .map(|m| json!({"role": m.role, "content": m.content}))
+            .collect()
+    };
+    let mut body = serde_json::Map::new();
+    body.insert("model".into(), json!(req.model));
+    match endpoint {
+        Endpoint::Chat => {}
+        Endpoint::Responses => {
+            body.insert("input".into(), Value::Array(msgs(true)));
+            if let Some(n) = cap {
+                body.insert("max_output_tokens".into(), json!(n));
+            }
+        }
+        Endpoint::Messages => {
+            let system: Vec<&str> = req
+                .messages
+                .iter()
+                .filter(|m| m.role == Role::System)
+                .map(|m| m.content.as_str())
+                .collect();
+            if !system.is_empty() {
+                body.insert("system".into(), json!(system.join("\n\n")));
+            }
+            body.insert("messages".into(), Value::Array(msgs(false)));
+            body.insert("max_tokens".into(), json!(cap.unwrap_or(1024)));
+        }
+        Endpoint::Completions => {
+            body.insert("prompt".into(), json!(completion_prompt(&req.messages)));
+            if let Some(n) = cap {
+                body.insert("max_tokens".into(), json!(n));
+            }
+            if let Some(o) = &req.stream_options {
+                body.insert("stream_options".into(), json!(o));
+            }
+        }
+    }
+    if let Some(e) = req.ignore_eos {
+        body.insert("ignore_eos".into(), json!(e));
+    }
+    body.insert("stream".into(), json!(req.stream));
+    for (k, v) in &req.extra {
+        if v.is_null() {
+            body.remove(k);
+        } else {
+            body.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::to_vec(&body)
+        .map(bytes::Bytes::from)
+        .map_err(|e| RunError::Invalid(format!("cannot encode the request: {e}")))
+}
+
+/// A conversation as one legacy-completions prompt: each message as `System: …`, `User: …` or
+/// `Assistant: …`, separated by a blank line, ending with `Assistant:` for the model to
+/// continue.
+pub fn completion_prompt(messages: &[ChatMessage]) -> String {
+    let mut s = String::new();
+    for m in messages {
+        let label = match m.role {
+            Role::System => "System",
+            Role::User => "User",
+            Role::Assistant => "Assistant",
+            Role::Tool => "Tool",
+        };
+        s.push_str(label);
+        s.push_str(": ");
+        s.push_str(&m.content);
+        s.push_str("\n\n");
+    }
+    s.push_str("Assistant:");
+    s
+}
+
+/// Headers an endpoint needs: for messages, `anthropic-version` and `x-api-key` (from
+/// `ANTHROPIC_API_KEY`, marked sensitive: never logged).
+pub fn endpoint_headers(
+    endpoint: Endpoint,
+    anthropic_api_key: Option<String>,
+) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, RunError> {
+    if endpoint != Endpoint::Messages {
+        return Ok(Vec::new());
+    }
+    let mut h = vec![(
+        http::HeaderName::from_static("anthropic-version"),
+        http::HeaderValue::from_static("2023-06-01"),
+    )];
+    if let Some(k) = anthropic_api_key.filter(|k| !k.is_empty()) {
+        let mut v = http::HeaderValue::from_str(&k).map_err(|_| {
+            RunError::Invalid("ANTHROPIC_API_KEY is not a valid header value".into())
+        })?;
+        v.set_sensitive(true);
+        h.push((http::HeaderName::from_static("x-api-key"), v));
+    }
+    Ok(h)
 }
 
 /// The first model id listed by `GET /v1/models`.

@@ -409,6 +409,12 @@ mod tests {
             worker: None,
             redials: 0,
             warmup: false,
+            ttfa_ms: None,
+            reasoning_chunks: None,
+            answer_chunks: None,
+            reasoning_tokens: None,
+            connect_ms: None,
+            tls_ms: None,
             superseded: false,
         }
     }

@@ -56,6 +56,10 @@ pub async fn wait_ready(client: &Client, timeout: Duration) -> Result<Discovered
             Err(e) if e.kind() == bench_transport::ErrorKind::InvalidRequest => {
                 return Err(RunError::Invalid(e.to_string()));
             }
+            // Waiting does not fix a certificate: every turn would fail the same way.
+            Err(e) if e.kind() == bench_transport::ErrorKind::Tls => {
+                return Err(RunError::Failed(e.to_string()));
+            }
             Err(e) => e.to_string(),
         };
         if Instant::now() >= deadline {

@@ -5,9 +5,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bench_runner::{Arrival, ContentMode, OutputCapField, ResponseMode, RunConfig, ToolWaits};
+use bench_runner::{
+    Arrival, ArrivalProcess, ContentMode, OutputCapField, ResponseMode, RunConfig, ToolWaits,
+};
 use bench_sim::{LatencyMode, SimConfig};
 use bench_telemetry::Backend;
+use bench_transport::TlsOptions;
 use bench_workload::plan::PlanConfig;
 use serde::{Deserialize, Serialize};
 
@@ -51,7 +54,7 @@ pub struct RunSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum Target {
-    /// A server at `base_url` (`http://`).
+    /// A server at `base_url` (`http://` or `https://`).
     Url {
         /// E.g. `http://127.0.0.1:8000`.
         base_url: String,
@@ -61,6 +64,10 @@ pub enum Target {
         /// How long to wait for `GET /v1/models` to answer 200 before giving up.
         #[serde(default = "default_ready_timeout", with = "humantime_serde")]
         ready_timeout: Duration,
+        /// TLS trust and client certificate for an `https://` base URL (paths only; recorded
+        /// in `run.json`, `insecure` included).
+        #[serde(default, skip_serializing_if = "TlsOptions::is_default")]
+        tls: TlsOptions,
     },
     /// The embedded simulator, started in-process on a free loopback port.
     Embedded(EmbeddedSim),
@@ -437,7 +444,8 @@ impl RunSpec {
                 arrival,
                 max_in_flight,
             } => {
-                if !arrival.rate.is_finite() || arrival.rate <= 0.0 {
+                let trace = matches!(arrival.process, ArrivalProcess::Trace { .. });
+                if !trace && (!arrival.rate.is_finite() || arrival.rate <= 0.0) {
                     return Err(invalid(format!(
                         "rate must be a positive number of sessions per second, not {}",
                         arrival.rate
@@ -446,11 +454,23 @@ impl RunSpec {
                 if max_in_flight == Some(0) {
                     return Err(invalid("max_in_flight must be at least 1 (or unset)"));
                 }
-                if let bench_runner::ArrivalProcess::Gamma { burstiness } = arrival.process {
+                if let ArrivalProcess::Gamma { burstiness } = arrival.process {
                     if !burstiness.is_finite() || burstiness <= 0.0 {
                         return Err(invalid(format!(
                             "burstiness must be a positive number (1 is Poisson), not {burstiness}"
                         )));
+                    }
+                }
+                if let ArrivalProcess::Trace { time_scale } = arrival.process {
+                    if !time_scale.is_finite() || time_scale <= 0.0 {
+                        return Err(invalid(format!(
+                            "time_scale must be a positive number (1 plays the trace as recorded), not {time_scale}"
+                        )));
+                    }
+                    if self.limits.duration.is_some() {
+                        return Err(invalid(
+                            "trace arrivals play the trace once: a duration cannot loop it",
+                        ));
                     }
                 }
             }

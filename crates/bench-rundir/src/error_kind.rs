@@ -22,6 +22,10 @@ pub enum ErrorKind {
     /// The server answered with a non-success HTTP status.
     #[serde(rename = "http_status")]
     Status,
+    /// The TLS handshake failed or the TLS session broke (unknown CA, name mismatch, expired
+    /// certificate, a client certificate the server wants or refuses).
+    #[serde(rename = "tls")]
+    Tls,
     /// The connection failed while sending the request or reading the response
     /// (reset, closed mid-body).
     #[serde(rename = "io")]
@@ -45,11 +49,12 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::InvalidRequest,
         ErrorKind::Connect,
         ErrorKind::Timeout,
         ErrorKind::Status,
+        ErrorKind::Tls,
         ErrorKind::Io,
         ErrorKind::MalformedSse,
         ErrorKind::MalformedJson,
@@ -65,6 +70,7 @@ impl ErrorKind {
             ErrorKind::Connect => "connect",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Status => "http_status",
+            ErrorKind::Tls => "tls",
             ErrorKind::Io => "io",
             ErrorKind::MalformedSse => "malformed_sse",
             ErrorKind::MalformedJson => "malformed_json",

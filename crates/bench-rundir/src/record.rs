@@ -95,6 +95,26 @@ pub struct TurnRecord {
     pub worker: Option<String>,
     /// Requests re-sent because a pooled connection had been closed by the server.
     pub redials: u32,
+    /// Request sent → first *answer* chunk (not reasoning), ms. Equals `ttft_ms` unless the
+    /// model reasoned first. Written only when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttfa_ms: Option<f64>,
+    /// Output-bearing chunks carrying reasoning. Written only when there were any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_chunks: Option<u32>,
+    /// Output-bearing chunks carrying answer text. Written only for streamed ok turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_chunks: Option<u32>,
+    /// Reasoning tokens as the server's usage reports them (not every API does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    /// TCP connect time of a connection opened for this turn, ms; absent on a reused one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_ms: Option<f64>,
+    /// TLS handshake time of a connection opened for this turn, ms; absent on a reused one
+    /// and over plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ms: Option<f64>,
     /// Part of the unmeasured warmup.
     pub warmup: bool,
     /// Replaced by a later play of its session (a resumed run played the session again):

@@ -104,6 +104,14 @@ pub enum ArrivalProcess {
         /// The gamma shape, > 0.
         burstiness: f64,
     },
+    /// Each session starts at its recorded offset: its first turn's `timestamp_ms` (from a
+    /// timed trace: Mooncake, LMCache) less the earliest one, times `time_scale` (0.5 plays
+    /// the trace twice as fast). Sessions start in that order; [`Arrival::rate`] is only
+    /// reported (the trace's mean rate).
+    Trace {
+        /// Multiplies every recorded offset, > 0.
+        time_scale: f64,
+    },
 }
 
 /// Open loop: sessions start on a schedule of their own, whatever the server's speed.

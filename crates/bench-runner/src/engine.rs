@@ -316,8 +316,17 @@ pub async fn run<T: Transport>(
     let measure_start = Instant::now();
     if !shared.cancel.is_cancelled() && shared.fuse.is_none_or(|f| measure_start < f) {
         shared.emit(RunEvent::Phase(Phase::Measuring));
+        let mut sessions = plan.sessions.clone();
+        if let Some(Arrival {
+            process: ArrivalProcess::Trace { .. },
+            ..
+        }) = shared.cfg.arrival
+        {
+            // Recorded order (stable: ties keep the plan's order).
+            sessions.sort_by(|a, b| trace_offset_ms(a).total_cmp(&trace_offset_ms(b)));
+        }
         let ph = Arc::new(PhaseState {
-            sessions: Arc::new(plan.sessions.clone()),
+            sessions: Arc::new(sessions),
             warmup: false,
             deadline: shared.cfg.duration.map(|d| measure_start + d),
             next: AtomicUsize::new(0),
@@ -424,6 +433,14 @@ fn note_failure<T: Transport>(sh: &Shared<T>, r: Result<(), tokio::task::JoinErr
     }
 }
 
+/// A session's recorded start, ms (its first timed turn; sessions without one sort last).
+fn trace_offset_ms(s: &PlannedSession) -> f64 {
+    s.turns
+        .iter()
+        .find_map(|t| t.timestamp_ms)
+        .unwrap_or(f64::INFINITY)
+}
+
 /// The gap before arrival `n + 1`.
 fn interarrival(a: &Arrival, rng: &mut rand_chacha::ChaCha8Rng) -> Duration {
     let mean = 1.0 / a.rate;
@@ -431,6 +448,8 @@ fn interarrival(a: &Arrival, rng: &mut rand_chacha::ChaCha8Rng) -> Duration {
         ArrivalProcess::Constant => mean,
         // Inverse transform of a uniform in (0, 1].
         ArrivalProcess::Poisson => -(1.0 - rng.random::<f64>()).ln() * mean,
+        // Due times come from the sessions themselves (see `open_loop`).
+        ArrivalProcess::Trace { .. } => 0.0,
         // Shape B, scale mean / B: the mean stays 1 / rate.
         ArrivalProcess::Gamma { burstiness } => {
             match rand_distr::Gamma::new(burstiness, mean / burstiness) {
@@ -451,10 +470,25 @@ async fn open_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, a: A
     let not_started = Arc::new(AtomicUsize::new(0));
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(a.seed);
     let mut tasks = tokio::task::JoinSet::new();
-    let mut due = Instant::now();
+    let t0 = Instant::now();
+    let mut due = t0;
+    // Trace arrivals: offsets from the earliest recorded start (the sessions are sorted).
+    let trace = match a.process {
+        ArrivalProcess::Trace { time_scale } => ph
+            .sessions
+            .first()
+            .map(|s| (trace_offset_ms(s), time_scale)),
+        _ => None,
+    };
     // Take the session first: when the pool is used up the loop ends now, not one
     // inter-arrival gap later.
     while let Some((idx, replay)) = ph.next_session() {
+        if let Some((first, scale)) = trace {
+            let off = trace_offset_ms(&ph.sessions[idx]) - first;
+            if off.is_finite() {
+                due = t0 + Duration::from_secs_f64((off * scale / 1000.0).clamp(0.0, 1e9));
+            }
+        }
         sh.sleep_until(ph, due).await;
         if sh.stop_now(ph, Instant::now()).is_some() {
             break;
@@ -624,6 +658,8 @@ async fn play_session<T: Transport>(
             timeout: Some(timeout.max(Duration::from_millis(1))),
             headers: cfg.headers_for(&sess.id),
             worker_header: cfg.worker_header.clone(),
+            // Replays build chat-completions bodies (other APIs: `bench probe --endpoint`).
+            endpoint: bench_transport::Endpoint::Chat,
         };
         let active = ph.active.load(Ordering::SeqCst);
         let sent = Instant::now();
@@ -735,6 +771,12 @@ fn turn_record<T: Transport>(
         worker: None,
         redials: 0,
         warmup: false,
+        ttfa_ms: None,
+        reasoning_chunks: None,
+        answer_chunks: None,
+        reasoning_tokens: None,
+        connect_ms: None,
+        tls_ms: None,
         superseded: false,
     };
     match result {
@@ -746,6 +788,11 @@ fn turn_record<T: Transport>(
             r.first_token_s = o.ttft.map(|t| sh.offset_s(sent + t));
             r.worker = o.worker.clone();
             r.redials = o.redials;
+            r.connect_ms = o.connect.map(ms);
+            r.tls_ms = o.tls.map(ms);
+            r.ttfa_ms = o.ttfa.map(ms);
+            r.reasoning_chunks = (o.reasoning_chunks > 0).then_some(o.reasoning_chunks);
+            r.answer_chunks = o.streamed.then_some(o.answer_chunks);
             let u = o.usage.unwrap_or_default();
             if let Some(p) = u.prompt_tokens {
                 r.input_tokens = Some(p);
@@ -765,6 +812,7 @@ fn turn_record<T: Transport>(
             r.cached_tokens = u.cached_tokens;
             r.cached_device_tokens = u.cached_device_tokens;
             r.cached_host_tokens = u.cached_host_tokens;
+            r.reasoning_tokens = u.reasoning_tokens;
         }
         Err(e) => {
             r.status = if e.kind() == ErrorKind::Timeout {

@@ -78,6 +78,12 @@ pub struct SimConfig {
     /// Completion length used when a request gives neither `max_completion_tokens` nor
     /// `max_tokens` (capped to the context left). Default 256.
     pub default_max_tokens: u32,
+    /// Reasoning tokens per answer: the first `min(reasoning_tokens, output length)` output
+    /// tokens of every answer are reasoning, sent in each endpoint's own shape (chat
+    /// `delta.reasoning_content`, a Responses `reasoning` item, an Anthropic `thinking` block;
+    /// plain text on `/v1/completions`) and counted in the usage where the API reports them.
+    /// They are ordinary output tokens for timing and for the output length. Default 0.
+    pub reasoning_tokens: u32,
     /// A Hugging Face `tokenizer.json` (or a directory holding one) used to count prompt tokens;
     /// when absent prompt tokens are counted as `ceil(bytes / 4)`. Default none.
     pub tokenizer: Option<PathBuf>,
@@ -88,6 +94,9 @@ pub struct SimConfig {
     pub session_header: String,
     /// When set, every response carries the header `x-worker-id: <id>`. Default none.
     pub worker_id: Option<String>,
+    /// Serve HTTPS with this identity instead of plain HTTP. Default none.
+    #[serde(skip)]
+    pub tls: Option<std::sync::Arc<crate::tls::SimTls>>,
 }
 
 impl Default for SimConfig {
@@ -108,10 +117,12 @@ impl Default for SimConfig {
             time_scale: 1.0,
             seed: 0,
             default_max_tokens: 256,
+            reasoning_tokens: 0,
             tokenizer: None,
             request_log: None,
             session_header: "x-session-id".to_owned(),
             worker_id: None,
+            tls: None,
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::cache::{Alloc, BlockManager};
 use crate::config::SimConfig;
 use crate::metrics::{Counters, Gauges};
 use crate::reqlog::RequestLog;
+use crate::store::{RESPONSE_STORE_CAP, ResponseStore};
 use crate::tokens::TokenCounter;
 
 /// When the loop falls behind its schedule by more than this (a stalled process), it restarts
@@ -90,9 +91,11 @@ pub(crate) struct State {
     running: Vec<RunningJob>,
     /// Running requests of the `Fixed` and `Instant` modes.
     pub(crate) direct_running: u64,
-    /// Chat requests being handled (until their log line is written).
+    /// Generation requests being handled (until their log line is written).
     pub(crate) inflight: u64,
     pub(crate) counters: Counters,
+    /// Responses API answers remembered for `previous_response_id`.
+    pub(crate) responses: ResponseStore,
     block_size: u32,
 }
 
@@ -105,6 +108,7 @@ impl State {
             direct_running: 0,
             inflight: 0,
             counters: Counters::new(config.flavor),
+            responses: ResponseStore::new(RESPONSE_STORE_CAP),
             block_size: config.block_size,
         }
     }

@@ -31,6 +31,9 @@ pub enum SimError {
         /// The underlying I/O error.
         source: std::io::Error,
     },
+    /// A TLS certificate or key could not be read or used.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The configuration is unusable (e.g. `block_size` 0).
     #[error("invalid simulator configuration: {0}")]
     Config(String),

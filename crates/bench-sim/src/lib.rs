@@ -1,9 +1,16 @@
 //! An embedded OpenAI-compatible LLM serving simulator.
 //!
-//! [`SimServer`] serves `POST /v1/chat/completions` (streaming and not), `GET /v1/models`,
-//! `GET /health`, `GET /metrics` (vLLM or SGLang vocabulary, see [`Flavor`]) and the cache-flush
-//! endpoints `POST /flush_cache` / `POST /reset_prefix_cache` on loopback, so every feature of
-//! bench runs without a GPU. [`SimConfig`] sets the latency model ([`LatencyMode`]):
+//! [`SimServer`] serves four generation endpoints, streaming and not: `POST /v1/chat/completions`,
+//! `POST /v1/completions` (legacy), `POST /v1/responses` (OpenAI Responses API, with bounded
+//! server-side `previous_response_id` state) and `POST /v1/messages` (Anthropic Messages API);
+//! and `GET /v1/models`, `GET /health`, `GET /metrics` (vLLM or SGLang vocabulary, see
+//! [`Flavor`]) and the cache-flush endpoints `POST /flush_cache` / `POST /reset_prefix_cache`,
+//! on loopback, so every feature of bench runs without a GPU. The generation endpoints share one
+//! pipeline (prompt rendering, token count, prefix-cache keys, admission, the token schedule,
+//! request log, metrics, aborts) and differ only in request parsing and output shapes; a
+//! conversation renders the same prompt prefix on every turn of every endpoint, so the prefix
+//! cache hits. With [`SimConfig::reasoning_tokens`] the first tokens of every answer are
+//! reasoning, in each API's own shape. [`SimConfig`] sets the latency model ([`LatencyMode`]):
 //!
 //! - `Model`: one engine task runs a step loop with continuous batching. Each step admits
 //!   waiting requests in FIFO order while a batch slot and KV blocks are free (evicting
@@ -33,6 +40,7 @@
 //! # }
 //! ```
 
+mod anthropic;
 mod body;
 mod cache;
 mod config;
@@ -40,11 +48,17 @@ mod engine;
 mod error;
 mod metrics;
 mod openai;
+mod prompt;
 mod reqlog;
+mod responses;
 mod server;
+mod store;
 mod timer;
+mod tls;
 mod tokens;
+mod wire;
 
 pub use config::{Flavor, LatencyMode, SimConfig};
 pub use error::SimError;
 pub use server::{SimServer, SimStats};
+pub use tls::{SelfSignedCa, SimTls};

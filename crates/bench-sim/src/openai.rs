@@ -1,12 +1,16 @@
-//! OpenAI chat-completions request parsing and response/chunk formatting.
+//! OpenAI chat completions and legacy completions: request parsing, chunk and body formatting,
+//! and the vLLM-shaped error body.
 
 use std::io::Write as _;
 
 use bytes::{BufMut, BytesMut};
+use http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::Flavor;
+use crate::prompt;
+use crate::wire::{GenRequest, Output, Rejected, invalid_json, output_limit};
 
 /// The fields of a chat-completions request the simulator reads; others are ignored.
 #[derive(Debug, Deserialize)]
@@ -77,9 +81,7 @@ impl ChatRequest {
 pub(crate) fn render_prompt(messages: &[Message]) -> String {
     let mut out = String::new();
     for m in messages {
-        out.push_str("<|");
-        out.push_str(&m.role);
-        out.push_str("|>\n");
+        prompt::open(&mut out, &m.role);
         match &m.content {
             Some(Content::Text(t)) => out.push_str(t),
             Some(Content::Parts(parts)) => {
@@ -89,9 +91,96 @@ pub(crate) fn render_prompt(messages: &[Message]) -> String {
             }
             None => {}
         }
-        out.push('\n');
+        prompt::close(&mut out);
     }
     out
+}
+
+/// Parses a `/v1/chat/completions` body.
+pub(crate) fn parse_chat(body: &[u8]) -> Result<GenRequest, Rejected> {
+    let r: ChatRequest = serde_json::from_slice(body).map_err(|e| invalid_json(&e))?;
+    let stream = r.stream.unwrap_or(false);
+    let turn_index = r.turn_index();
+    let reject = |error| Rejected {
+        error,
+        stream,
+        turn_index,
+    };
+    if r.messages.is_empty() {
+        return Err(reject(crate::wire::ApiError::bad_request(
+            "messages must not be empty",
+        )));
+    }
+    let max_out = output_limit("max_tokens", r.max_out()).map_err(reject)?;
+    Ok(GenRequest {
+        prompt: render_prompt(&r.messages),
+        max_out,
+        stream,
+        include_usage: include_usage(r.stream_options.as_ref()),
+        ignore_eos: r.ignore_eos.unwrap_or(false),
+        turn_index,
+        store: None,
+        model: r.model,
+    })
+}
+
+fn include_usage(o: Option<&StreamOptions>) -> bool {
+    o.and_then(|o| o.include_usage).unwrap_or(false)
+}
+
+/// The fields of a legacy completions request the simulator reads; others are ignored.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CompletionRequest {
+    #[serde(default)]
+    pub(crate) model: Option<String>,
+    pub(crate) prompt: PromptText,
+    #[serde(default)]
+    pub(crate) stream: Option<bool>,
+    #[serde(default)]
+    pub(crate) stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub(crate) max_tokens: Option<i64>,
+    #[serde(default)]
+    pub(crate) ignore_eos: Option<bool>,
+}
+
+/// A completions prompt: a string or a list of strings (the first is used).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum PromptText {
+    Text(String),
+    List(Vec<String>),
+}
+
+/// Parses a `/v1/completions` body. The prompt is used as it is (no roles): a client
+/// continuing a text appends the answer and its next input, so the prefix cache hits.
+pub(crate) fn parse_completion(body: &[u8]) -> Result<GenRequest, Rejected> {
+    let r: CompletionRequest = serde_json::from_slice(body).map_err(|e| invalid_json(&e))?;
+    let stream = r.stream.unwrap_or(false);
+    let reject = |error| Rejected {
+        error,
+        stream,
+        turn_index: 0,
+    };
+    let prompt = match r.prompt {
+        PromptText::Text(t) => t,
+        PromptText::List(list) => list.into_iter().next().ok_or_else(|| {
+            reject(crate::wire::ApiError::bad_request(
+                "prompt must not be empty",
+            ))
+        })?,
+    };
+    let max_out = output_limit("max_tokens", r.max_tokens).map_err(reject)?;
+    Ok(GenRequest {
+        prompt,
+        max_out,
+        stream,
+        include_usage: include_usage(r.stream_options.as_ref()),
+        ignore_eos: r.ignore_eos.unwrap_or(false),
+        turn_index: 0,
+        store: None,
+        model: r.model,
+    })
 }
 
 /// Token counts of a finished (or aborted) request.
@@ -100,16 +189,22 @@ pub(crate) struct Usage {
     pub(crate) prompt_tokens: u32,
     pub(crate) completion_tokens: u32,
     pub(crate) cached_tokens: u32,
+    /// Completion tokens that were reasoning.
+    pub(crate) reasoning_tokens: u32,
 }
 
 impl Usage {
     fn to_json(self) -> Value {
-        json!({
+        let mut v = json!({
             "prompt_tokens": self.prompt_tokens,
             "total_tokens": u64::from(self.prompt_tokens) + u64::from(self.completion_tokens),
             "completion_tokens": self.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-        })
+        });
+        if self.reasoning_tokens > 0 {
+            v["completion_tokens_details"] = json!({"reasoning_tokens": self.reasoning_tokens});
+        }
+        v
     }
 }
 
@@ -117,31 +212,85 @@ fn sglext(cached: u32) -> Value {
     json!({"cached_tokens_details": {"device": cached, "host": 0}})
 }
 
+/// Chat chunks or legacy text-completion chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChunkKind {
+    /// `chat.completion.chunk` with `delta`s.
+    Chat,
+    /// `text_completion` with `text`.
+    Text,
+}
+
 /// Preformatted pieces of one request's SSE chunks, so each token only splices its text.
 pub(crate) struct ChunkFormat {
+    kind: ChunkKind,
+    id: String,
+    created: u64,
+    model: String,
     /// `"id":…,"object":"chat.completion.chunk","created":…,"model":…`
     header: String,
-    /// `data: {<header>,"choices":[{"index":0,"delta":{"content":"`
+    /// `data: {<header>,"choices":[{"index":0,"delta":{"content":"` (chat) or
+    /// `data: {<header>,"choices":[{"index":0,"text":"` (text)
     token_head: String,
+    /// `data: {<header>,"choices":[{"index":0,"delta":{"reasoning_content":"` (chat with
+    /// reasoning; empty otherwise)
+    reasoning_head: String,
     flavor: Flavor,
 }
 
 const TOKEN_TAIL: &[u8] = b"\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+const FINISH_TAIL: &[u8] = b"\"},\"logprobs\":null,\"finish_reason\":\"";
+const TEXT_TOKEN_TAIL: &[u8] = b"\",\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+const TEXT_FINISH_TAIL: &[u8] = b"\",\"logprobs\":null,\"finish_reason\":\"";
 
 impl ChunkFormat {
-    /// Chunks of completion `id` created at `created` (Unix seconds) by `model`.
-    pub(crate) fn new(id: &str, created: u64, model: &str, flavor: Flavor) -> Self {
+    /// Chunks of completion `id` created at `created` (Unix seconds) by `model`; `reasoning`
+    /// when its first tokens are reasoning (chat only).
+    pub(crate) fn new(
+        kind: ChunkKind,
+        id: String,
+        created: u64,
+        model: &str,
+        flavor: Flavor,
+        reasoning: bool,
+    ) -> Self {
+        let object = match kind {
+            ChunkKind::Chat => "chat.completion.chunk",
+            ChunkKind::Text => "text_completion",
+        };
         let header = format!(
-            "\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{created},\"model\":{}",
-            json_str(id),
+            "\"id\":{},\"object\":\"{object}\",\"created\":{created},\"model\":{}",
+            json_str(&id),
             json_str(model)
         );
-        let token_head =
-            format!("data: {{{header},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"");
+        let choice = format!("data: {{{header},\"choices\":[{{\"index\":0,");
+        let (token_head, reasoning_head) = match kind {
+            ChunkKind::Chat => (
+                format!("{choice}\"delta\":{{\"content\":\""),
+                if reasoning {
+                    format!("{choice}\"delta\":{{\"reasoning_content\":\"")
+                } else {
+                    String::new()
+                },
+            ),
+            ChunkKind::Text => (format!("{choice}\"text\":\""), String::new()),
+        };
         Self {
+            kind,
+            id,
+            created,
+            model: model.to_owned(),
             header,
             token_head,
+            reasoning_head,
             flavor,
+        }
+    }
+
+    /// Chat: the first chunk, `delta: {"role":"assistant","content":""}`; text: nothing.
+    pub(crate) fn begin(&self, buf: &mut BytesMut) {
+        if self.kind == ChunkKind::Chat {
+            self.role(buf);
         }
     }
 
@@ -157,13 +306,33 @@ impl ChunkFormat {
 
     /// One content chunk carrying `word` (which must need no JSON escaping), with
     /// `finish_reason` when it is the last.
+    #[inline]
     pub(crate) fn token(&self, buf: &mut BytesMut, word: &str, finish: Option<&str>) {
-        buf.put_slice(self.token_head.as_bytes());
+        self.chunk(&self.token_head, buf, word, finish);
+    }
+
+    /// One `delta.reasoning_content` chunk (chat; a plain token for text completions).
+    pub(crate) fn reasoning(&self, buf: &mut BytesMut, word: &str, finish: Option<&str>) {
+        let head = if self.reasoning_head.is_empty() {
+            &self.token_head
+        } else {
+            &self.reasoning_head
+        };
+        self.chunk(head, buf, word, finish);
+    }
+
+    #[inline]
+    fn chunk(&self, head: &str, buf: &mut BytesMut, word: &str, finish: Option<&str>) {
+        buf.put_slice(head.as_bytes());
         buf.put_slice(word.as_bytes());
+        let (tail, finish_tail) = match self.kind {
+            ChunkKind::Chat => (TOKEN_TAIL, FINISH_TAIL),
+            ChunkKind::Text => (TEXT_TOKEN_TAIL, TEXT_FINISH_TAIL),
+        };
         match finish {
-            None => buf.put_slice(TOKEN_TAIL),
+            None => buf.put_slice(tail),
             Some(reason) => {
-                buf.put_slice(b"\"},\"logprobs\":null,\"finish_reason\":\"");
+                buf.put_slice(finish_tail);
                 buf.put_slice(reason.as_bytes());
                 buf.put_slice(b"\"}]}\n\n");
             }
@@ -179,9 +348,21 @@ impl ChunkFormat {
         let mut w = buf.writer();
         let _ = write!(
             w,
-            ",\"choices\":[],\"usage\":{{\"completion_tokens\":{},\"prompt_tokens\":{},\
-             \"prompt_tokens_details\":{{\"cached_tokens\":{}}},\"total_tokens\":{total}}}",
-            usage.completion_tokens, usage.prompt_tokens, usage.cached_tokens
+            ",\"choices\":[],\"usage\":{{\"completion_tokens\":{},",
+            usage.completion_tokens
+        );
+        if usage.reasoning_tokens > 0 {
+            let _ = write!(
+                w,
+                "\"completion_tokens_details\":{{\"reasoning_tokens\":{}}},",
+                usage.reasoning_tokens
+            );
+        }
+        let _ = write!(
+            w,
+            "\"prompt_tokens\":{},\"prompt_tokens_details\":{{\"cached_tokens\":{}}},\
+             \"total_tokens\":{total}}}",
+            usage.prompt_tokens, usage.cached_tokens
         );
         if self.flavor == Flavor::Sglang {
             let _ = write!(
@@ -197,42 +378,66 @@ impl ChunkFormat {
     pub(crate) fn done(buf: &mut BytesMut) {
         buf.put_slice(b"data: [DONE]\n\n");
     }
-}
 
-/// A non-streaming `chat.completion` object.
-pub(crate) fn completion_json(
-    id: &str,
-    created: u64,
-    model: &str,
-    content: &str,
-    finish: &str,
-    usage: Usage,
-    flavor: Flavor,
-) -> Vec<u8> {
-    let mut v = json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": content},
-            "logprobs": null,
-            "finish_reason": finish,
-        }],
-        "usage": usage.to_json(),
-    });
-    if flavor == Flavor::Sglang {
-        v["sglext"] = sglext(usage.cached_tokens);
+    /// The non-streamed `chat.completion` or `text_completion` object.
+    pub(crate) fn body(&self, usage: Usage, finish: &str, out: Output<'_>) -> Vec<u8> {
+        let mut v = match self.kind {
+            ChunkKind::Chat => {
+                let mut message = json!({"role": "assistant", "content": out.text});
+                if !out.reasoning.is_empty() {
+                    message["reasoning_content"] = out.reasoning.into();
+                }
+                json!({
+                    "id": self.id,
+                    "object": "chat.completion",
+                    "created": self.created,
+                    "model": self.model,
+                    "choices": [{
+                        "index": 0,
+                        "message": message,
+                        "logprobs": null,
+                        "finish_reason": finish,
+                    }],
+                    "usage": usage.to_json(),
+                })
+            }
+            ChunkKind::Text => json!({
+                "id": self.id,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [{
+                    "index": 0,
+                    "text": out.text,
+                    "logprobs": null,
+                    "finish_reason": finish,
+                }],
+                "usage": usage.to_json(),
+            }),
+        };
+        if self.flavor == Flavor::Sglang {
+            v["sglext"] = sglext(usage.cached_tokens);
+        }
+        v.to_string().into_bytes()
     }
-    v.to_string().into_bytes()
 }
 
-/// An OpenAI-shaped error body.
+/// An OpenAI-shaped error body (vLLM's: `code` is the status).
 pub(crate) fn error_json(status: u16, kind: &str, message: &str) -> Vec<u8> {
     json!({"error": {"message": message, "type": kind, "param": null, "code": status}})
         .to_string()
         .into_bytes()
+}
+
+/// vLLM's error `type` for a status.
+pub(crate) fn error_kind(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "BadRequestError",
+        StatusCode::NOT_FOUND => "NotFoundError",
+        StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
+        StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableError",
+        _ => "InternalServerError",
+    }
 }
 
 fn json_str(s: &str) -> String {
@@ -263,61 +468,140 @@ mod tests {
 
     #[test]
     fn chunks_are_valid_json_events() {
-        let f = ChunkFormat::new("chatcmpl-1", 17, "m\"x", Flavor::Sglang);
+        let f = ChunkFormat::new(
+            ChunkKind::Chat,
+            "chatcmpl-1".into(),
+            17,
+            "m\"x",
+            Flavor::Sglang,
+            true,
+        );
         let mut buf = BytesMut::new();
         f.role(&mut buf);
+        f.reasoning(&mut buf, " hmm", None);
         f.token(&mut buf, " lorem", None);
         f.token(&mut buf, " ipsum", Some("length"));
         f.usage(
             &mut buf,
             Usage {
                 prompt_tokens: 3,
-                completion_tokens: 2,
+                completion_tokens: 3,
                 cached_tokens: 0,
+                reasoning_tokens: 1,
             },
         );
         ChunkFormat::done(&mut buf);
         let text = std::str::from_utf8(&buf).unwrap();
         let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
-        assert_eq!(events.len(), 5);
-        let parsed: Vec<Value> = events[..4]
+        assert_eq!(events.len(), 6);
+        let parsed: Vec<Value> = events[..5]
             .iter()
             .map(|e| serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap())
             .collect();
         assert_eq!(parsed[0]["choices"][0]["delta"]["role"], "assistant");
-        assert_eq!(parsed[1]["choices"][0]["delta"]["content"], " lorem");
-        assert_eq!(parsed[2]["choices"][0]["finish_reason"], "length");
-        assert_eq!(parsed[3]["usage"]["total_tokens"], 5);
-        assert_eq!(parsed[3]["sglext"]["cached_tokens_details"]["host"], 0);
+        assert_eq!(
+            parsed[1]["choices"][0]["delta"]["reasoning_content"],
+            " hmm"
+        );
+        assert!(parsed[1]["choices"][0]["delta"].get("content").is_none());
+        assert_eq!(parsed[2]["choices"][0]["delta"]["content"], " lorem");
+        assert_eq!(parsed[3]["choices"][0]["finish_reason"], "length");
+        assert_eq!(parsed[4]["usage"]["total_tokens"], 6);
+        assert_eq!(
+            parsed[4]["usage"]["completion_tokens_details"]["reasoning_tokens"],
+            1
+        );
+        assert_eq!(parsed[4]["sglext"]["cached_tokens_details"]["host"], 0);
         assert_eq!(parsed[1]["model"], "m\"x");
-        assert_eq!(events[4], "data: [DONE]");
+        assert_eq!(events[5], "data: [DONE]");
+    }
+
+    #[test]
+    fn text_completion_chunks() {
+        let f = ChunkFormat::new(
+            ChunkKind::Text,
+            "cmpl-1".into(),
+            17,
+            "m",
+            Flavor::Vllm,
+            false,
+        );
+        let mut buf = BytesMut::new();
+        f.begin(&mut buf);
+        assert!(buf.is_empty(), "no role chunk");
+        f.reasoning(&mut buf, " a", None);
+        f.token(&mut buf, " b", Some("stop"));
+        let text = std::str::from_utf8(&buf).unwrap();
+        let parsed: Vec<Value> = text
+            .split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap())
+            .collect();
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(parsed[0]["object"], "text_completion");
+        assert_eq!(parsed[0]["choices"][0]["text"], " a");
+        assert!(parsed[0]["choices"][0]["finish_reason"].is_null());
+        assert_eq!(parsed[1]["choices"][0]["text"], " b");
+        assert_eq!(parsed[1]["choices"][0]["finish_reason"], "stop");
+        let body: Value = serde_json::from_slice(&f.body(
+            Usage::default(),
+            "stop",
+            Output {
+                reasoning: "",
+                text: " a b",
+            },
+        ))
+        .unwrap();
+        assert_eq!(body["object"], "text_completion");
+        assert_eq!(body["choices"][0]["text"], " a b");
     }
 
     #[test]
     fn the_hand_written_usage_chunk_equals_the_json_objects() {
-        let usage = Usage {
-            prompt_tokens: 4_000_000_000,
-            completion_tokens: 500_000_000,
-            cached_tokens: 1234,
-        };
-        for flavor in [Flavor::Vllm, Flavor::Sglang] {
-            let f = ChunkFormat::new("id", 1, "m", flavor);
-            let mut buf = BytesMut::new();
-            f.usage(&mut buf, usage);
-            let text = std::str::from_utf8(&buf).unwrap();
-            let event = text
-                .strip_prefix("data: ")
-                .unwrap()
-                .strip_suffix("\n\n")
-                .unwrap();
-            let v: Value = serde_json::from_str(event).unwrap();
-            assert_eq!(v["usage"], usage.to_json(), "{flavor:?}");
-            assert_eq!(v["usage"]["total_tokens"], 4_500_000_000u64);
-            assert_eq!(v["choices"], json!([]));
-            match flavor {
-                Flavor::Sglang => assert_eq!(v["sglext"], sglext(1234)),
-                _ => assert!(v.get("sglext").is_none(), "{v}"),
+        for reasoning_tokens in [0, 7] {
+            let usage = Usage {
+                prompt_tokens: 4_000_000_000,
+                completion_tokens: 500_000_000,
+                cached_tokens: 1234,
+                reasoning_tokens,
+            };
+            for flavor in [Flavor::Vllm, Flavor::Sglang] {
+                let f = ChunkFormat::new(ChunkKind::Chat, "id".into(), 1, "m", flavor, false);
+                let mut buf = BytesMut::new();
+                f.usage(&mut buf, usage);
+                let text = std::str::from_utf8(&buf).unwrap();
+                let event = text
+                    .strip_prefix("data: ")
+                    .unwrap()
+                    .strip_suffix("\n\n")
+                    .unwrap();
+                let v: Value = serde_json::from_str(event).unwrap();
+                assert_eq!(v["usage"], usage.to_json(), "{flavor:?}");
+                assert_eq!(v["usage"]["total_tokens"], 4_500_000_000u64);
+                assert_eq!(
+                    v["usage"].get("completion_tokens_details").is_some(),
+                    reasoning_tokens > 0
+                );
+                assert_eq!(v["choices"], json!([]));
+                match flavor {
+                    Flavor::Sglang => assert_eq!(v["sglext"], sglext(1234)),
+                    _ => assert!(v.get("sglext").is_none(), "{v}"),
+                }
             }
         }
+    }
+
+    #[test]
+    fn parse_errors_keep_how_the_request_asked_to_be_served() {
+        let e = parse_chat(br#"{"messages":[],"stream":true}"#).unwrap_err();
+        assert!(e.stream);
+        assert_eq!(e.error.message, "messages must not be empty");
+        let e = parse_chat(br#"{"messages":[{"role":"user","content":"x"}],"max_tokens":0}"#)
+            .unwrap_err();
+        assert_eq!(e.error.message, "max_tokens must be at least 1, got 0");
+        let r = parse_completion(br#"{"prompt":["first","second"],"max_tokens":3}"#).unwrap();
+        assert_eq!(r.prompt, "first");
+        assert_eq!(r.max_out, Some(3));
+        assert!(parse_completion(br#"{"prompt":[]}"#).is_err());
     }
 }

@@ -18,7 +18,8 @@ pub(crate) struct LogLine<'a> {
     pub(crate) recv_ms: f64,
     /// Value of the session header, if any.
     pub(crate) session: Option<&'a str>,
-    /// Number of assistant messages in the request.
+    /// Number of assistant messages in the request (plus the turns of a continued stored
+    /// response).
     pub(crate) turn_index: u32,
     pub(crate) prompt_tokens: u32,
     pub(crate) cached_tokens: u32,

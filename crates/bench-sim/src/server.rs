@@ -1,4 +1,5 @@
-//! The HTTP server: accept loop, routing, chat completions and the other endpoints.
+//! The HTTP server: accept loop, routing, the generation pipeline shared by the four
+//! generation endpoints (see `wire.rs`), and the other endpoints.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -29,9 +30,11 @@ use crate::config::{LatencyMode, SimConfig};
 use crate::engine::{EngineEvent, Job, Shared, State, run_engine, wait_shutdown};
 use crate::error::SimError;
 use crate::metrics;
-use crate::openai::{ChatRequest, ChunkFormat, Usage, completion_json, error_json, render_prompt};
+use crate::openai::{Usage, error_json};
 use crate::reqlog::{LogLine, RequestLog};
+use crate::store::Draft;
 use crate::tokens::{Counted, TokenCounter, WORDS};
+use crate::wire::{Answer, Api, ApiError, Output, Wire};
 
 /// How long connections may take to finish their responses at shutdown before they are closed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -44,7 +47,7 @@ const FRAME_BYTES: usize = 32 << 10;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct SimStats {
-    /// Chat-completion requests received (including rejected ones).
+    /// Generation requests received on any of the four endpoints (including rejected ones).
     pub requests_total: u64,
     /// Requests running (admitted, generating).
     pub running: u64,
@@ -111,6 +114,10 @@ impl SimServer {
             })?),
             None => None,
         };
+        let acceptor = match &config.tls {
+            Some(tls) => Some(tls.acceptor()?),
+            None => None,
+        };
         let counter = TokenCounter::load(config.tokenizer.as_deref())?;
         let log = match &config.request_log {
             Some(path) => Some(RequestLog::open(path)?),
@@ -156,7 +163,7 @@ impl SimServer {
         });
         let engine = matches!(shared.config.mode, LatencyMode::Model)
             .then(|| tokio::spawn(run_engine(Arc::clone(&shared))));
-        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
+        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared), acceptor));
         tracing::debug!(%addr, "simulator listening");
         Ok(SimServer {
             addr,
@@ -172,9 +179,14 @@ impl SimServer {
         self.addr
     }
 
-    /// `http://IP:PORT` of the bound address.
+    /// `http://IP:PORT` of the bound address (`https://` when serving TLS).
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.shared.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// The configuration the server runs with.
@@ -250,14 +262,26 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     sock.listen(65_535)
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     let mut shutdown = shared.shutdown.clone();
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    conns.spawn(serve_connection(stream, Arc::clone(&shared)));
+                    let _ = stream.set_nodelay(true);
+                    match &tls {
+                        None => {
+                            conns.spawn(serve_connection(stream, Arc::clone(&shared)));
+                        }
+                        Some(acceptor) => {
+                            conns.spawn(serve_tls(acceptor.clone(), stream, Arc::clone(&shared)));
+                        }
+                    }
                 }
                 Err(e) => {
                     // E.g. too many open files: back off instead of spinning.
@@ -277,8 +301,22 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
-    let _ = stream.set_nodelay(true);
+/// The TLS handshake (in the connection's own task, never the accept loop's), then HTTP.
+async fn serve_tls(acceptor: tokio_rustls::TlsAcceptor, stream: TcpStream, shared: Arc<Shared>) {
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => serve_connection(tls, shared).await,
+        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+        Err(_) => tracing::debug!("TLS handshake timed out"),
+    }
+}
+
+/// A client that opens a connection and never completes the handshake is dropped after this.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn serve_connection<S>(stream: S, shared: Arc<Shared>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let mut shutdown = shared.shutdown.clone();
     let svc = service_fn(move |req| {
         let shared = Arc::clone(&shared);
@@ -301,8 +339,12 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     let _ = conn.await;
 }
 
-const ENDPOINTS: [&str; 6] = [
+/// Every served path (other methods on them answer `405`, other paths `404`).
+const ENDPOINTS: [&str; 9] = [
     "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/messages",
     "/v1/models",
     "/health",
     "/metrics",
@@ -311,8 +353,19 @@ const ENDPOINTS: [&str; 6] = [
 ];
 
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> {
-    let mut resp = match (req.method(), req.uri().path()) {
-        (&Method::POST, "/v1/chat/completions") => chat(Arc::clone(&shared), req).await,
+    let mut resp = match Api::from_path(req.uri().path()) {
+        Some(api) if req.method() == Method::POST => generate(Arc::clone(&shared), req, api).await,
+        _ => route(&shared, &req),
+    };
+    if let Some(id) = &shared.worker_id {
+        resp.headers_mut().insert("x-worker-id", id.clone());
+    }
+    resp
+}
+
+/// Every request but a generation.
+fn route(shared: &Shared, req: &Request<Incoming>) -> Response<SimBody> {
+    match (req.method(), req.uri().path()) {
         (&Method::GET, "/v1/models") => respond(
             StatusCode::OK,
             "application/json",
@@ -345,19 +398,15 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody
             )
         }
         (_, path) if ENDPOINTS.contains(&path) => {
-            let mut r = error_response(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "MethodNotAllowed",
-                &format!("method {} not allowed on {path}", req.method()),
-            );
-            let allow = if matches!(
-                path,
-                "/v1/chat/completions" | "/flush_cache" | "/reset_prefix_cache"
-            ) {
-                "POST"
-            } else {
-                "GET"
+            let status = StatusCode::METHOD_NOT_ALLOWED;
+            let message = format!("method {} not allowed on {path}", req.method());
+            let api = Api::from_path(path);
+            let mut r = match api {
+                Some(api) => api_error_response(api, &ApiError::new(status, message)),
+                None => error_response(status, "MethodNotAllowed", &message),
             };
+            let post = api.is_some() || matches!(path, "/flush_cache" | "/reset_prefix_cache");
+            let allow = if post { "POST" } else { "GET" };
             r.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static(allow));
             r
@@ -367,11 +416,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody
             "NotFoundError",
             &format!("no route for {path}"),
         ),
-    };
-    if let Some(id) = &shared.worker_id {
-        resp.headers_mut().insert("x-worker-id", id.clone());
     }
-    resp
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: SimBody) -> Response<SimBody> {
@@ -390,7 +435,16 @@ fn error_response(status: StatusCode, kind: &str, message: &str) -> Response<Sim
     )
 }
 
-/// Tracks one chat request from parsing to its log line; dropping it without [`Self::finish`]
+/// An error in `api`'s own shape.
+fn api_error_response(api: Api, e: &ApiError) -> Response<SimBody> {
+    respond(
+        e.status,
+        "application/json",
+        SimBody::full(api.error_body(e)),
+    )
+}
+
+/// Tracks one generation request from parsing to its log line; dropping it without [`Self::finish`]
 /// set records the request as aborted. Also releases the blocks of `Fixed`/`Instant` requests.
 struct RequestGuard {
     shared: Arc<Shared>,
@@ -430,10 +484,11 @@ impl RequestGuard {
         }
     }
 
-    fn reject(mut self, status: StatusCode, kind: &str, message: &str) -> Response<SimBody> {
-        self.status = status.as_u16();
+    /// Refuses the request with `e`, in `api`'s error shape.
+    fn reject(mut self, api: Api, e: &ApiError) -> Response<SimBody> {
+        self.status = e.status.as_u16();
         self.finish = Some("error");
-        error_response(status, kind, message)
+        api_error_response(api, e)
     }
 
     fn first_token(&mut self) {
@@ -505,7 +560,10 @@ enum Source {
     Instant,
 }
 
-async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> {
+/// The pipeline of every generation endpoint: parse (per API), render and count the prompt, key
+/// its prefix blocks, check the context, pick the output length, admit, then produce the tokens
+/// on the mode's schedule and write them in the API's shape.
+async fn generate(shared: Arc<Shared>, req: Request<Incoming>, api: Api) -> Response<SimBody> {
     let recv = Instant::now();
     let cfg = &shared.config;
     let session = req
@@ -520,33 +578,22 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> 
     let body = match body {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            return guard.reject(
-                StatusCode::BAD_REQUEST,
-                "BadRequestError",
-                &format!("cannot read request body: {e}"),
-            );
+            let e = ApiError::bad_request(format!("cannot read request body: {e}"));
+            return guard.reject(api, &e);
         }
     };
-    let parsed: ChatRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
-            return guard.reject(
-                StatusCode::BAD_REQUEST,
-                "BadRequestError",
-                &format!("invalid request: {e}"),
-            );
+    let parsed = match api.parse(&body, |id| shared.lock().responses.get(id)) {
+        Ok(p) => p,
+        Err(r) => {
+            guard.stream = r.stream;
+            guard.turn_index = r.turn_index;
+            return guard.reject(api, &r.error);
         }
     };
-    guard.stream = parsed.stream.unwrap_or(false);
-    guard.turn_index = parsed.turn_index();
-    if parsed.messages.is_empty() {
-        return guard.reject(
-            StatusCode::BAD_REQUEST,
-            "BadRequestError",
-            "messages must not be empty",
-        );
-    }
-    let text = render_prompt(&parsed.messages);
+    drop(body);
+    guard.stream = parsed.stream;
+    guard.turn_index = parsed.turn_index;
+    let text = parsed.prompt;
     let counted = if shared.counter.is_tokenizer() {
         let sh = Arc::clone(&shared);
         let bs = cfg.block_size;
@@ -562,43 +609,31 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> 
     } = match counted {
         Ok(c) => c,
         Err(e) => {
-            return guard.reject(
-                StatusCode::BAD_REQUEST,
-                "BadRequestError",
-                &format!("cannot tokenize prompt: {e}"),
-            );
+            let e = ApiError::bad_request(format!("cannot tokenize prompt: {e}"));
+            return guard.reject(api, &e);
         }
     };
     guard.usage.prompt_tokens = prompt_tokens;
     let room = cfg.max_model_len.saturating_sub(prompt_tokens);
-    let max_out = match parsed.max_out() {
-        Some(n) if n < 1 => {
-            return guard.reject(
-                StatusCode::BAD_REQUEST,
-                "BadRequestError",
-                &format!("max_tokens must be at least 1, got {n}"),
-            );
-        }
-        Some(n) => u32::try_from(n).unwrap_or(u32::MAX),
-        None => cfg.default_max_tokens.min(room).max(1),
-    };
+    let max_out = parsed
+        .max_out
+        .unwrap_or_else(|| cfg.default_max_tokens.min(room).max(1));
     let requested = u64::from(prompt_tokens) + u64::from(max_out);
     if requested > u64::from(cfg.max_model_len) {
-        return guard.reject(
-            StatusCode::BAD_REQUEST,
-            "BadRequestError",
-            &format!(
-                "This model's maximum context length is {} tokens. However, you requested \
-                 {requested} tokens ({prompt_tokens} in the messages, {max_out} in the \
-                 completion). Please reduce the length of the messages or completion.",
-                cfg.max_model_len
-            ),
-        );
+        let e = ApiError::bad_request(format!(
+            "This model's maximum context length is {} tokens. However, you requested \
+             {requested} tokens ({prompt_tokens} in the {}, {max_out} in the \
+             completion). Please reduce the length of the {} or completion.",
+            cfg.max_model_len,
+            api.prompt_noun(),
+            api.prompt_noun(),
+        ));
+        return guard.reject(api, &e);
     }
 
     let req_no = shared.next_request.fetch_add(1, Ordering::Relaxed);
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ req_no);
-    let (out_len, finish) = if parsed.ignore_eos.unwrap_or(false) {
+    let (out_len, finish) = if parsed.ignore_eos {
         (max_out, "length")
     } else {
         let stop_at = rng.random_range(1..=max_out);
@@ -608,11 +643,7 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> 
             (max_out, "length")
         }
     };
-    let id = format!(
-        "chatcmpl-{:016x}{:016x}",
-        rng.random::<u64>(),
-        rng.random::<u64>()
-    );
+    let id_hex = format!("{:016x}{:016x}", rng.random::<u64>(), rng.random::<u64>());
     let need_blocks = requested.div_ceil(u64::from(cfg.block_size));
     let source = match cfg.mode {
         LatencyMode::Model => {
@@ -644,32 +675,46 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> 
         }
     };
     let model = parsed.model.as_deref().unwrap_or(&cfg.model);
-    let created = unix_now_s();
-    let stream = guard.stream;
-    let include_usage = parsed
-        .stream_options
-        .as_ref()
-        .and_then(|o| o.include_usage)
-        .unwrap_or(false);
+    let stream = parsed.stream;
+    let reasoning_len = if api.has_reasoning_shape() {
+        cfg.reasoning_tokens.min(out_len)
+    } else {
+        0
+    };
+    let wire = api.wire(&Answer {
+        id_hex: &id_hex,
+        created: unix_now_s(),
+        model,
+        flavor: cfg.flavor,
+        reasoning: reasoning_len > 0,
+        answer: out_len > reasoning_len,
+        include_usage: parsed.include_usage,
+    });
+    let store = parsed
+        .store
+        .and_then(|d| wire.response_id().map(|id| (id.to_owned(), d)));
     let mut generator = Generator {
-        fmt: ChunkFormat::new(&id, created, model, cfg.flavor),
+        collect: !stream || wire.collects_text(),
+        wire,
         guard,
         rng,
         out_len,
+        reasoning_len,
         finish,
-        include_usage,
         sse: stream,
         buf: BytesMut::new(),
+        reasoning_text: String::new(),
         text: String::new(),
         tx: None,
         shutdown: shared.shutdown.clone(),
+        store,
     };
     if stream {
         generator.buf.reserve(FRAME_BYTES + 1024);
         if matches!(source, Source::Instant) && generator.fill(FRAME_BYTES) {
             // The whole answer fits in one frame: send it with the head, without a task or a
             // channel (one write instead of two; the simulator's cheapest path).
-            generator.end_sse();
+            generator.complete();
             let body = generator.buf.split().freeze();
             let mut r = respond(
                 StatusCode::OK,
@@ -691,44 +736,45 @@ async fn chat(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> 
         r
     } else {
         if !generator.run(source).await {
-            generator.guard.status = StatusCode::SERVICE_UNAVAILABLE.as_u16();
-            return error_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ServiceUnavailableError",
-                "the request was aborted",
-            );
+            let e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the request was aborted");
+            generator.guard.status = e.status.as_u16();
+            return api_error_response(api, &e);
         }
-        let usage = generator.guard.usage;
-        let body = completion_json(
-            &id,
-            created,
-            model,
-            &generator.text,
-            finish,
-            usage,
-            cfg.flavor,
-        );
+        let out = Output {
+            reasoning: &generator.reasoning_text,
+            text: &generator.text,
+        };
+        let body = generator.wire.body(generator.guard.usage, finish, out);
         respond(StatusCode::OK, "application/json", SimBody::full(body))
     }
 }
 
 /// Produces one request's tokens and writes them as SSE events (or collects the text).
 struct Generator {
-    fmt: ChunkFormat,
+    wire: Wire,
     guard: RequestGuard,
     rng: ChaCha8Rng,
     out_len: u32,
+    /// Leading output tokens that are reasoning: `min(reasoning_tokens, out_len)`, or 0 where
+    /// the API has no reasoning shape.
+    reasoning_len: u32,
     finish: &'static str,
-    include_usage: bool,
-    /// Streaming: tokens become SSE events in `buf` (otherwise text in `text`).
+    /// Streaming: tokens become SSE events in `buf`.
     sse: bool,
+    /// The produced text is collected (non-streaming, or a format whose closing events repeat
+    /// it).
+    collect: bool,
     /// Pending SSE bytes (streaming).
     buf: BytesMut,
-    /// Collected text (non-streaming).
+    /// Collected reasoning text.
+    reasoning_text: String,
+    /// Collected answer text.
     text: String,
     /// Body channel (streaming).
     tx: Option<mpsc::Sender<Bytes>>,
     shutdown: watch::Receiver<bool>,
+    /// Responses API: the id and draft to remember once the answer is complete.
+    store: Option<(String, Draft)>,
 }
 
 impl Generator {
@@ -737,20 +783,32 @@ impl Generator {
     }
 
     fn token(&mut self) {
-        let first = self.guard.usage.completion_tokens == 0;
-        if first {
+        let n = self.guard.usage.completion_tokens;
+        if n == 0 {
             self.guard.first_token();
             if self.sse {
-                self.fmt.role(&mut self.buf);
+                self.wire.begin(&mut self.buf, self.guard.usage);
             }
         }
         let word = WORDS[self.rng.random_range(0..WORDS.len())];
         self.guard.usage.completion_tokens += 1;
+        let reasoning = n < self.reasoning_len;
+        if reasoning {
+            self.guard.usage.reasoning_tokens += 1;
+        }
         if self.sse {
+            if n == self.reasoning_len && n > 0 {
+                self.wire.answer_begins(&mut self.buf, &self.reasoning_text);
+            }
             let fin = self.done().then_some(self.finish);
-            self.fmt.token(&mut self.buf, word, fin);
-        } else {
-            self.text.push_str(word);
+            self.wire.token(&mut self.buf, word, reasoning, fin);
+        }
+        if self.collect {
+            if reasoning {
+                self.reasoning_text.push_str(word);
+            } else {
+                self.text.push_str(word);
+            }
         }
     }
 
@@ -772,14 +830,25 @@ impl Generator {
         true
     }
 
-    /// After the last token: the usage chunk (when asked for) and `[DONE]`; the request counts
-    /// as finished from here, even if the last write then fails.
-    fn end_sse(&mut self) {
-        if self.include_usage {
-            self.fmt.usage(&mut self.buf, self.guard.usage);
+    /// After the last token: the closing events (streaming) and, for the Responses API, the
+    /// stored response (before the client can read the terminal event). The request counts as
+    /// finished from here, even if the last write then fails.
+    fn complete(&mut self) {
+        if self.sse {
+            let out = Output {
+                reasoning: &self.reasoning_text,
+                text: &self.text,
+            };
+            self.wire
+                .end(&mut self.buf, self.guard.usage, self.finish, out);
         }
-        ChunkFormat::done(&mut self.buf);
         self.guard.finish = Some(self.finish);
+        if let Some((id, draft)) = self.store.take() {
+            let stored = Arc::new(draft.finish(&self.text));
+            let forgotten = self.guard.shared.lock().responses.insert(id, stored);
+            // Freed outside the lock.
+            drop(forgotten);
+        }
     }
 
     /// Sends the pending bytes as one frame; `false` when the client or the server is gone.
@@ -853,11 +922,7 @@ impl Generator {
                 }
             }
         }
-        if self.sse {
-            self.end_sse();
-        } else {
-            self.guard.finish = Some(self.finish);
-        }
+        self.complete();
         // All tokens were produced: the request counts as finished even if this last write fails.
         self.flush().await;
         true

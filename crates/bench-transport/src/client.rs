@@ -49,6 +49,7 @@ use tokio::net::TcpStream;
 use crate::error::{Error, ErrorKind};
 use crate::openai::ChatRequest;
 use crate::stream::{ChatStreamConsumer, TurnOutcome};
+use crate::tls::TlsOptions;
 
 /// How to authenticate.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -105,7 +106,7 @@ impl Auth {
 /// Client settings.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    /// `http://host:port`, optionally with a path prefix. A trailing `/v1` (or
+    /// `http://host:port` or `https://host:port`, optionally with a path prefix. A trailing `/v1` (or
     /// `/v1/chat/completions`) is accepted and ignored, so vLLM-style (`http://h:8000`),
     /// OpenAI-SDK-style (`http://h:8000/v1`) and whole-endpoint base URLs work.
     pub base_url: String,
@@ -121,6 +122,8 @@ pub struct ClientConfig {
     pub max_idle_per_host: usize,
     /// How long an idle pooled connection is kept.
     pub pool_idle_timeout: Duration,
+    /// Trust and client certificates for `https://` base URLs (ignored for `http://`).
+    pub tls: TlsOptions,
 }
 
 impl ClientConfig {
@@ -135,6 +138,7 @@ impl ClientConfig {
             auth: Auth::from_env(),
             max_idle_per_host: usize::MAX,
             pool_idle_timeout: Duration::from_secs(90),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -148,6 +152,8 @@ pub struct RequestOptions {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// A response header to record as the worker that served the turn.
     pub worker_header: Option<HeaderName>,
+    /// The API the body is for: decides the path and how the answer is read.
+    pub endpoint: crate::Endpoint,
 }
 
 /// A response read whole (for small endpoints: `/v1/models`, `/metrics`, ...).
@@ -180,6 +186,15 @@ struct Conn {
     stats: Arc<ConnStats>,
     /// It came from the pool (it carried an earlier request).
     reused: bool,
+    /// Opened for this request: its TCP connect and TLS handshake times.
+    opened: Option<Opened>,
+}
+
+/// How long a new connection took to open.
+#[derive(Debug, Clone, Copy)]
+struct Opened {
+    connect: Duration,
+    tls: Option<Duration>,
 }
 
 /// Idle keep-alive connections to the client's one server (LIFO: the most recently used
@@ -208,6 +223,7 @@ impl Pool {
                 sender: c.sender,
                 stats: c.stats,
                 reused: true,
+                opened: None,
             });
         }
         None
@@ -234,6 +250,8 @@ pub struct Client {
     pool: Arc<Pool>,
     /// `host:port` to connect to.
     connect_to: String,
+    /// For `https://`: the TLS configuration and the name sent as SNI and verified.
+    tls: Option<TlsTarget>,
     /// The `Host` header value.
     host: HeaderValue,
     scheme_authority: String,
@@ -244,6 +262,14 @@ pub struct Client {
     stats: Arc<ClientStats>,
 }
 
+/// What an `https://` client needs to open a connection.
+#[derive(Debug, Clone)]
+struct TlsTarget {
+    config: Arc<rustls::ClientConfig>,
+    /// Sent as SNI and checked against the server's certificate.
+    name: rustls::pki_types::ServerName<'static>,
+}
+
 /// Upper bound on redials for one request (each consumes a distinct stale pooled connection).
 const MAX_REDIALS: u32 = 32;
 
@@ -251,8 +277,13 @@ impl Client {
     /// Validates the configuration and builds the client. Building needs no runtime; sending
     /// requests needs a tokio runtime with I/O and time enabled.
     pub fn new(config: ClientConfig) -> Result<Client, Error> {
-        let (scheme_authority, path_prefix) = parse_base_url(&config.base_url)?;
-        let authority = scheme_authority.trim_start_matches("http://").to_string();
+        let base = parse_base_url(&config.base_url)?;
+        let authority = base.authority.clone();
+        let scheme_authority = format!(
+            "{}://{authority}",
+            if base.https { "https" } else { "http" }
+        );
+        let path_prefix = base.path_prefix;
         let host = HeaderValue::from_str(&authority).map_err(|_| {
             Error::new(
                 ErrorKind::InvalidRequest,
@@ -265,7 +296,23 @@ impl Client {
         {
             authority.clone()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{}", if base.https { 443 } else { 80 })
+        };
+        let tls = if base.https {
+            let host = host_of(&authority);
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidRequest,
+                    format!("invalid TLS server name {host:?} in base URL"),
+                )
+            })?;
+            Some(TlsTarget {
+                config: config.tls.client_config()?,
+                name,
+            })
+        } else {
+            config.tls.validate()?;
+            None
         };
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -306,6 +353,7 @@ impl Client {
                 idle_timeout: config.pool_idle_timeout,
             }),
             connect_to,
+            tls,
             host,
             scheme_authority,
             path_prefix,
@@ -362,6 +410,7 @@ impl Client {
 
     /// Opens a new connection.
     async fn dial(&self) -> Result<Conn, Error> {
+        let started = Instant::now();
         let stream =
             match tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.connect_to))
                 .await
@@ -385,9 +434,31 @@ impl Client {
                 }
             };
         let _ = stream.set_nodelay(true);
+        let connect = started.elapsed();
+        let (inner, tls) = match &self.tls {
+            None => (Transport::Plain(stream), None),
+            Some(target) => {
+                let t = Instant::now();
+                let connector = tokio_rustls::TlsConnector::from(target.config.clone());
+                let handshake = connector.connect(target.name.clone(), stream);
+                match tokio::time::timeout(self.connect_timeout, handshake).await {
+                    Ok(Ok(s)) => (Transport::Tls(Box::new(s)), Some(t.elapsed())),
+                    Ok(Err(e)) => return Err(self.tls_error(&e, e.to_string())),
+                    Err(_) => {
+                        return Err(Error::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "TLS handshake with {} timed out after {:?}",
+                                self.connect_to, self.connect_timeout
+                            ),
+                        ));
+                    }
+                }
+            }
+        };
         let stats = Arc::new(ConnStats::default());
         let io = TokioIo::new(TrackedStream {
-            inner: stream,
+            inner,
             stats: stats.clone(),
             reading: true,
         });
@@ -395,16 +466,37 @@ impl Client {
             .handshake(io)
             .await
             .map_err(|e| map_hyper_error(e, "starting the connection"))?;
+        let conn_stats = stats.clone();
         tokio::spawn(async move {
-            // Ends when the server closes the connection or every sender is dropped.
-            let _ = conn.await;
+            // Ends when the server closes the connection or every sender is dropped. A TLS
+            // failure (a TLS 1.3 server refusing the client's certificate alerts right after
+            // the handshake) is noted before the connection is dropped, which is what tells a
+            // waiting request that the connection is gone.
+            let mut conn = std::pin::pin!(conn);
+            if let Err(e) = conn.as_mut().await
+                && let Some(r) = crate::tls::find_rustls_error(&e)
+            {
+                let _ = conn_stats.tls_failure.set(crate::tls::reason(r));
+            }
         });
         self.stats.connections.fetch_add(1, Ordering::Relaxed);
         Ok(Conn {
             sender,
             stats,
             reused: false,
+            opened: Some(Opened { connect, tls }),
         })
+    }
+
+    /// A handshake failure as one line: the host and a reason a user can act on.
+    fn tls_error(&self, e: &std::io::Error, fallback: String) -> Error {
+        let reason = crate::tls::find_rustls_error(e)
+            .map(crate::tls::reason)
+            .unwrap_or(fallback);
+        Error::new(
+            ErrorKind::Tls,
+            format!("TLS handshake with {} failed: {reason}", self.connect_to),
+        )
     }
 
     async fn checkout(&self) -> Result<Conn, Error> {
@@ -446,6 +538,12 @@ impl Client {
                     Err(mut e) => (e.take_message().is_some(), e.into_error()),
                 },
             };
+            if let Some(reason) = conn.stats.tls_failure.get() {
+                return Err(Error::new(
+                    ErrorKind::Tls,
+                    format!("TLS error with {}: {reason}", self.connect_to),
+                ));
+            }
             if redials < MAX_REDIALS && is_stale_reuse(&conn, unsent, &err) {
                 redials += 1;
                 self.stats.redials.fetch_add(1, Ordering::Relaxed);
@@ -537,7 +635,7 @@ impl Client {
             let (resp, conn, _) = self
                 .send(
                     Method::POST,
-                    "/v1/chat/completions",
+                    opts.endpoint.path(),
                     body.into(),
                     &opts.headers,
                 )
@@ -546,7 +644,7 @@ impl Client {
             if !parts.status.is_success() {
                 return Err(Error::status_error(parts.status, b""));
             }
-            let mut consumer = ChatStreamConsumer::new(sent, true);
+            let mut consumer = ChatStreamConsumer::with_endpoint(sent, true, opts.endpoint);
             while let Some(frame) = body.frame().await {
                 let at = Instant::now();
                 let frame = frame.map_err(|e| map_hyper_error(e, "reading the response stream"))?;
@@ -619,7 +717,7 @@ impl Client {
         progress: &mut (usize, u64),
     ) -> Result<TurnOutcome, Error> {
         let (resp, conn, redials) = self
-            .send(Method::POST, "/v1/chat/completions", body, &opts.headers)
+            .send(Method::POST, opts.endpoint.path(), body, &opts.headers)
             .await?;
         let (parts, mut body) = resp.into_parts();
         if !parts.status.is_success() {
@@ -672,7 +770,7 @@ impl Client {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
         });
-        let mut consumer = ChatStreamConsumer::new(sent, streamed);
+        let mut consumer = ChatStreamConsumer::with_endpoint(sent, streamed, opts.endpoint);
         while let Some(frame) = body.frame().await {
             let at = Instant::now();
             let frame = frame.map_err(|e| {
@@ -697,17 +795,38 @@ impl Client {
             }
         }
         let end = Instant::now();
+        let opened = conn.opened;
         // The body was read to its end: the connection can carry the next request. (On any
         // error above it is dropped instead, which closes it.)
         self.checkin(conn).await;
         let mut outcome = consumer.finish(end)?;
         outcome.redials = redials;
+        outcome.connect = opened.map(|o| o.connect);
+        outcome.tls = opened.and_then(|o| o.tls);
         outcome.worker = worker;
         Ok(outcome)
     }
 }
 
-fn parse_base_url(base: &str) -> Result<(String, String), Error> {
+/// A parsed base URL.
+#[derive(Debug, PartialEq, Eq)]
+struct BaseUrl {
+    https: bool,
+    /// `host[:port]` as written.
+    authority: String,
+    /// A path prefix before our routes (`""` when none).
+    path_prefix: String,
+}
+
+/// The host of `host[:port]` (IPv6 brackets removed), for SNI and certificate checks.
+fn host_of(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split_once(']').map_or(rest, |(h, _)| h);
+    }
+    authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+}
+
+fn parse_base_url(base: &str) -> Result<BaseUrl, Error> {
     let base = base.trim();
     let uri: Uri = base.parse().map_err(|e| {
         Error::new(
@@ -715,20 +834,15 @@ fn parse_base_url(base: &str) -> Result<(String, String), Error> {
             format!("invalid base URL {base:?}: {e}"),
         )
     })?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(Error::new(
-                ErrorKind::InvalidRequest,
-                format!(
-                    "https:// base URLs are not supported yet (no TLS): {base} — use http:// (e.g. through a local TLS-terminating proxy)"
-                ),
-            ));
-        }
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
         Some(other) => {
             return Err(Error::new(
                 ErrorKind::InvalidRequest,
-                format!("unsupported scheme {other}:// in base URL {base:?}: use http://"),
+                format!(
+                    "unsupported scheme {other}:// in base URL {base:?}: use http:// or https://"
+                ),
             ));
         }
         None => {
@@ -737,7 +851,7 @@ fn parse_base_url(base: &str) -> Result<(String, String), Error> {
                 format!("base URL {base:?} needs a scheme, e.g. http://127.0.0.1:8000"),
             ));
         }
-    }
+    };
     let Some(authority) = uri.authority() else {
         return Err(Error::new(
             ErrorKind::InvalidRequest,
@@ -751,7 +865,11 @@ fn parse_base_url(base: &str) -> Result<(String, String), Error> {
         .or_else(|| path.strip_suffix("/v1"))
         .unwrap_or(path)
         .to_string();
-    Ok((format!("http://{authority}"), path))
+    Ok(BaseUrl {
+        https,
+        authority: authority.to_string(),
+        path_prefix: path,
+    })
 }
 
 fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
@@ -782,6 +900,11 @@ fn is_stale_reuse(conn: &Conn, unsent: bool, err: &hyper::Error) -> bool {
 }
 
 fn map_hyper_error(e: hyper::Error, doing: &str) -> Error {
+    if let Some(r) = crate::tls::find_rustls_error(&e) {
+        let reason = crate::tls::reason(r);
+        return Error::new(ErrorKind::Tls, format!("TLS error while {doing}: {reason}"))
+            .with_source(e);
+    }
     let (kind, detail) = classify_hyper_error(&e, doing);
     Error::new(kind, detail).with_source(e)
 }
@@ -817,13 +940,80 @@ struct ConnStats {
     requests_started: AtomicU64,
     /// `bytes_read` when the latest request started to be written.
     read_at_request_start: AtomicU64,
+    /// Why the TLS session failed, once it has.
+    tls_failure: std::sync::OnceLock<String>,
 }
 
-/// A `TcpStream` that counts what crosses it. HTTP/1.1 without pipelining alternates "write a
+/// The socket under a connection: plain TCP or TLS over TCP.
+#[derive(Debug)]
+enum Transport {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+macro_rules! each_transport {
+    ($self:expr, $s:ident => $e:expr) => {
+        match $self.get_mut() {
+            Transport::Plain($s) => {
+                let $s = Pin::new($s);
+                $e
+            }
+            Transport::Tls($s) => {
+                let $s = Pin::new($s.as_mut());
+                $e
+            }
+        }
+    };
+}
+
+impl AsyncRead for Transport {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        each_transport!(self, s => s.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Transport {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        each_transport!(self, s => s.poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        each_transport!(self, s => s.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Transport::Plain(s) => s.is_write_vectored(),
+            Transport::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        each_transport!(self, s => s.poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        each_transport!(self, s => s.poll_shutdown(cx))
+    }
+}
+
+/// A connection's socket that counts what crosses it (plaintext bytes, above TLS). HTTP/1.1 without pipelining alternates "write a
 /// request, read its response", so the first write after a read starts a new request.
 #[derive(Debug)]
 struct TrackedStream {
-    inner: TcpStream,
+    inner: Transport,
     stats: Arc<ConnStats>,
     reading: bool,
 }
@@ -902,30 +1092,42 @@ mod tests {
 
     #[test]
     fn base_urls() {
+        let b = |https: bool, a: &str, p: &str| BaseUrl {
+            https,
+            authority: a.into(),
+            path_prefix: p.into(),
+        };
         assert_eq!(
             parse_base_url("http://127.0.0.1:8000").unwrap(),
-            ("http://127.0.0.1:8000".into(), "".into())
+            b(false, "127.0.0.1:8000", "")
         );
         assert_eq!(
             parse_base_url("http://h:1/v1/").unwrap(),
-            ("http://h:1".into(), "".into())
+            b(false, "h:1", "")
         );
         assert_eq!(
             parse_base_url("http://h:1/proxy/v1").unwrap(),
-            ("http://h:1".into(), "/proxy".into())
+            b(false, "h:1", "/proxy")
         );
         assert_eq!(
             parse_base_url("http://h:1/proxy/v1/chat/completions").unwrap(),
-            ("http://h:1".into(), "/proxy".into())
+            b(false, "h:1", "/proxy")
         );
         assert_eq!(
             parse_base_url("http://h:1/chat/completions").unwrap(),
-            ("http://h:1".into(), "/chat/completions".into())
+            b(false, "h:1", "/chat/completions")
         );
-        let e = parse_base_url("https://api.openai.com/v1").unwrap_err();
+        assert_eq!(
+            parse_base_url("https://api.openai.com/v1").unwrap(),
+            b(true, "api.openai.com", "")
+        );
+        let e = parse_base_url("ftp://h/").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidRequest);
-        assert!(e.to_string().contains("not supported yet"));
+        assert!(e.to_string().contains("http:// or https://"), "{e}");
         assert!(parse_base_url("localhost:8000").is_err());
+        assert_eq!(host_of("h:443"), "h");
+        assert_eq!(host_of("h"), "h");
+        assert_eq!(host_of("[::1]:8443"), "::1");
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! what is malformed. So the fast path may only ever accept what serde accepts, and must return
 //! exactly what serde would; the tests check both over captured streams and mutations of them.
 //!
+//! It tells reasoning output (`reasoning_content`, `reasoning`) from answer output (`content`,
+//! `refusal`) exactly as serde's reading does (a delta with `tool_calls`, also answer output, is
+//! left to serde).
+//!
 //! It gives up on: escapes in a key, and `\u` surrogates in a text it returns (other escapes are
 //! decoded); a `usage`, `sglext` or `error`
 //! that is not `null` (the usage chunk comes once per stream); `tool_calls` or `message`; more
@@ -16,7 +20,7 @@
 
 use std::borrow::Cow;
 
-use crate::openai::wire::{Choices, Chunk};
+use crate::openai::wire::{Choices, Chunk, some};
 
 /// Nesting allowed in skipped values (serde's own limit is 128).
 const MAX_DEPTH: u32 = 64;
@@ -67,18 +71,21 @@ struct Delta<'a> {
     reasoning_content: Option<Cow<'a, str>>,
     reasoning: Option<Cow<'a, str>>,
     refusal: Option<Cow<'a, str>>,
+    /// Which of the four are there and not empty (the bits of [`P::delta`]), noted as they
+    /// are read.
+    nonempty: u8,
 }
 
 impl Delta<'_> {
-    fn has_text(&self) -> bool {
-        [
-            &self.content,
-            &self.reasoning_content,
-            &self.reasoning,
-            &self.refusal,
-        ]
-        .iter()
-        .any(|c| c.as_deref().is_some_and(|c| !c.is_empty()))
+    /// As serde's `Delta::has_reasoning`: `reasoning_content` or `reasoning`.
+    fn has_reasoning(&self) -> bool {
+        self.nonempty & (2 | 4) != 0
+    }
+
+    /// As serde's `Delta::has_answer`: `content` or `refusal` (a delta with `tool_calls`
+    /// never gets here).
+    fn has_answer(&self) -> bool {
+        self.nonempty & (1 | 8) != 0
     }
 }
 
@@ -268,7 +275,10 @@ impl<'a> P<'a> {
         })?;
         self.ws();
         self.eat(b']')?; // a second choice: left to serde
-        out.has_text = delta.as_ref().is_some_and(Delta::has_text);
+        if let Some(d) = &delta {
+            out.has_reasoning = d.has_reasoning();
+            out.has_answer = d.has_answer();
+        }
         if index == 0 {
             if let Some(d) = delta {
                 out.content = d.content;
@@ -302,6 +312,9 @@ impl<'a> P<'a> {
             }
             seen |= bit;
             *slot = p.opt_text()?;
+            if some(slot) {
+                d.nonempty |= bit;
+            }
             Some(())
         })?;
         Some(Some(d))
@@ -420,7 +433,8 @@ mod tests {
     fn reading(c: &Chunk<'_>) -> String {
         let ch = c.choices.as_ref().map(|c| {
             (
-                c.has_text,
+                c.has_reasoning,
+                c.has_answer,
                 c.content.as_deref().map(str::to_owned),
                 c.reasoning.as_deref().map(str::to_owned),
                 c.finish_reason.as_deref().map(str::to_owned),
@@ -463,6 +477,13 @@ mod tests {
         r#"{"choices":[{"index":0,"delta":{"reasoning":"so"}}]}"#,
         r#"{"choices":[{"index":0,"delta":{"reasoning_content":"","reasoning":"b"}}]}"#,
         r#"{"choices":[{"index":0,"delta":{"refusal":"no"}}]}"#,
+        // Reasoning and answer in one delta, either one empty or null, on another index.
+        r#"{"choices":[{"index":0,"delta":{"reasoning_content":"a","content":"b"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning_content":"","content":"b"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning":"x","content":""}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning":null,"reasoning_content":null,"content":null,"refusal":null}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning":"r","refusal":"no"}}]}"#,
+        r#"{"choices":[{"index":2,"delta":{"reasoning_content":"r"}}]}"#,
         // Escapes in the text are decoded.
         r#"{"choices":[{"index":0,"delta":{"content":"a\nb\"c\\d\/e\tf\u00e9g\u4e2dh\b\f\r"}}]}"#,
         r#"{"choices":[{"index":0,"delta":{"content":"\n"},"finish_reason":"st\u006fp"}]}"#,
@@ -507,6 +528,75 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_and_answer_are_told_apart() {
+        // (chunk, has_reasoning, has_answer), read by the fast path; `agrees` checks serde.
+        let cases = [
+            (
+                r#"{"choices":[{"index":0,"delta":{"reasoning_content":"a"}}]}"#,
+                true,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"reasoning":"a"}}]}"#,
+                true,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"content":"a"}}]}"#,
+                false,
+                true,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"refusal":"a"}}]}"#,
+                false,
+                true,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"reasoning_content":"a","content":"b"}}]}"#,
+                true,
+                true,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"reasoning_content":"","content":"b"}}]}"#,
+                false,
+                true,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"reasoning":"a","content":""}}]}"#,
+                true,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+                false,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":3,"delta":{"reasoning_content":"a"}}]}"#,
+                true,
+                false,
+            ),
+        ];
+        for (data, reasoning, answer) in cases {
+            assert!(agrees(data), "not taken: {data}");
+            let c = parse(data).unwrap().choices.unwrap();
+            assert_eq!(
+                (c.has_reasoning, c.has_answer),
+                (reasoning, answer),
+                "{data}"
+            );
+        }
+        // A tool call is answer output; serde reads it (the fast path leaves it).
+        let data = r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}"#;
+        assert!(parse(data).is_none());
+        let c = serde_json::from_str::<Chunk<'_>>(data)
+            .unwrap()
+            .choices
+            .unwrap();
+        assert_eq!((c.has_reasoning, c.has_answer), (false, true));
+    }
+
+    #[test]
     fn uncommon_chunks_are_left_to_serde() {
         for data in FALLBACK {
             assert!(!agrees(data), "taken: {data}");
@@ -521,6 +611,15 @@ mod tests {
             dir.join("llamacpp_smollm2_stream_include_usage.sse"),
             dir.join("sglang-0.5.23_protocol_rendered_chat_stream.SYNTHETIC.sse"),
         ];
+        // Real reasoning streams (`reasoning_content`, and `reasoning` next to
+        // `reasoning_details`).
+        let chat = dir.join("../endpoint_streams/chat");
+        for name in [
+            "zai_glm-4.7_reasoning_content_stream.sse",
+            "openrouter_claude-sonnet-4.5_reasoning_stream.sse",
+        ] {
+            files.push(chat.join(name));
+        }
         for e in std::fs::read_dir(dir.join("openai-python-recordings")).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "bin") {

@@ -28,14 +28,21 @@
 
 pub mod body;
 pub mod client;
+mod completions;
+pub mod endpoint;
 pub mod error;
 mod fastchunk;
+mod messages;
 pub mod openai;
+mod responses;
 pub mod sse;
 pub mod stream;
+pub mod tls;
 
 pub use body::Segments;
 pub use client::{Auth, Client, ClientConfig, RequestOptions, SimpleResponse};
+pub use endpoint::{Endpoint, ParseEndpointError};
 pub use error::{Error, ErrorKind};
 pub use openai::{ChatMessage, ChatRequest, Role, StreamOptions, Usage};
 pub use stream::{ChatStreamConsumer, TurnOutcome};
+pub use tls::TlsOptions;

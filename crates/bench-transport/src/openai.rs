@@ -1,4 +1,5 @@
-//! OpenAI chat-completions request and response types.
+//! OpenAI chat-completions request and response types, and [`Usage`] (shared by every
+//! [`crate::Endpoint`]).
 //!
 //! Requests are plain serde structs; [`ChatRequest::extra`] is a free-form JSON object merged
 //! into the body *last*, so a user can override or add any field (a `null` value removes a
@@ -145,21 +146,34 @@ impl ChatRequest {
     }
 }
 
-/// Token usage as reported by the server.
+/// Token usage as reported by the server, in the same terms for every [`crate::Endpoint`].
+///
+/// | field | chat, completions | responses | messages |
+/// |---|---|---|---|
+/// | `prompt_tokens` | `prompt_tokens` | `input_tokens` | `input_tokens + cache_read_input_tokens + cache_creation_input_tokens` |
+/// | `completion_tokens` | `completion_tokens` | `output_tokens` | the last `output_tokens` |
+/// | `total_tokens` | `total_tokens` | `total_tokens` | not reported |
+/// | `cached_tokens` | `prompt_tokens_details.cached_tokens` | `input_tokens_details.cached_tokens` | `cache_read_input_tokens` |
+/// | `reasoning_tokens` | `completion_tokens_details.reasoning_tokens` | `output_tokens_details.reasoning_tokens` | not reported |
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// `usage.prompt_tokens`.
+    /// Prompt (input) tokens, cached ones included.
     pub prompt_tokens: Option<u64>,
-    /// `usage.completion_tokens`.
+    /// Generated tokens, reasoning ones included.
     pub completion_tokens: Option<u64>,
-    /// `usage.total_tokens`.
+    /// Prompt plus generated tokens, when the server reports it.
     pub total_tokens: Option<u64>,
-    /// `usage.prompt_tokens_details.cached_tokens` (prefix-cache hits).
+    /// Prompt tokens served from the prefix cache.
     pub cached_tokens: Option<u64>,
     /// SGLang `sglext.cached_tokens_details.device`: hits served from device (GPU) memory.
     pub cached_device_tokens: Option<u64>,
     /// SGLang `sglext.cached_tokens_details.host`: hits served from the host (CPU) tier.
     pub cached_host_tokens: Option<u64>,
+    /// Generated tokens that were reasoning (part of `completion_tokens`), when the server
+    /// reports them (chat: `completion_tokens_details.reasoning_tokens`, responses:
+    /// `output_tokens_details.reasoning_tokens`; never for messages).
+    #[serde(default)]
+    pub reasoning_tokens: Option<u64>,
 }
 
 /// Wire shapes, parsed with borrowed strings where possible.
@@ -208,14 +222,36 @@ pub(crate) mod wire {
         pub tool_calls: Option<Vec<ToolCall<'a>>>,
     }
 
+    /// Whether an optional text is there and not empty.
+    pub(crate) fn some(c: &Option<Cow<'_, str>>) -> bool {
+        c.as_deref().is_some_and(|c| !c.is_empty())
+    }
+
+    /// A JSON string, borrowed from the input when it has no escapes. (serde borrows a
+    /// `Cow<str>` only when it is a field's whole type: an `Option<Cow<str>>` is always
+    /// copied; an `Option<Str>` is not.)
+    #[derive(Deserialize, Debug)]
+    #[serde(transparent)]
+    pub(crate) struct Str<'a>(#[serde(borrow)] pub Cow<'a, str>);
+
+    impl std::ops::Deref for Str<'_> {
+        type Target = str;
+        fn deref(&self) -> &str {
+            &self.0
+        }
+    }
+
     impl Delta<'_> {
-        /// Whether it carries output: text, reasoning, a refusal or a tool call's name or
+        /// Whether it carries reasoning output: a non-empty `reasoning_content` or
+        /// `reasoning`.
+        pub(crate) fn has_reasoning(&self) -> bool {
+            some(&self.reasoning_content) || some(&self.reasoning)
+        }
+
+        /// Whether it carries answer output: text, a refusal or a tool call's name or
         /// arguments.
-        pub(crate) fn has_text(&self) -> bool {
-            let some = |c: &Option<Cow<'_, str>>| c.as_deref().is_some_and(|c| !c.is_empty());
+        pub(crate) fn has_answer(&self) -> bool {
             some(&self.content)
-                || some(&self.reasoning_content)
-                || some(&self.reasoning)
                 || some(&self.refusal)
                 || self.tool_calls.iter().flatten().any(|t| {
                     t.function
@@ -226,10 +262,12 @@ pub(crate) mod wire {
     }
 
     /// A chunk's `choices`, folded as they are read (no `Vec`, no moves of `Choice`s): whether
-    /// any choice carried output, and choice 0's text, reasoning and finish reason.
+    /// any choice carried reasoning or answer output, and choice 0's text, reasoning and finish
+    /// reason.
     #[derive(Default)]
     pub(crate) struct Choices<'a> {
-        pub has_text: bool,
+        pub has_reasoning: bool,
+        pub has_answer: bool,
         pub content: Option<Cow<'a, str>>,
         pub reasoning: Option<Cow<'a, str>>,
         pub finish_reason: Option<Cow<'a, str>>,
@@ -265,7 +303,10 @@ pub(crate) mod wire {
                             finish_reason,
                         } = c;
                         let d = delta.or(message);
-                        out.has_text |= d.as_ref().is_some_and(Delta::has_text);
+                        if let Some(d) = &d {
+                            out.has_reasoning |= d.has_reasoning();
+                            out.has_answer |= d.has_answer();
+                        }
                         if index == 0 {
                             if let Some(d) = d {
                                 join(&mut out.content, d.content);
@@ -309,6 +350,14 @@ pub(crate) mod wire {
         pub total_tokens: Option<u64>,
         #[serde(default)]
         pub prompt_tokens_details: Option<PromptDetails>,
+        #[serde(default)]
+        pub completion_tokens_details: Option<CompletionDetails>,
+    }
+
+    #[derive(Deserialize, Default)]
+    pub(crate) struct CompletionDetails {
+        #[serde(default)]
+        pub reasoning_tokens: Option<u64>,
     }
 
     #[derive(Deserialize, Default)]
@@ -343,6 +392,10 @@ impl Usage {
                 .prompt_tokens_details
                 .as_ref()
                 .and_then(|d| d.cached_tokens);
+            out.reasoning_tokens = u
+                .completion_tokens_details
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens);
         }
         if let Some(d) = ext.and_then(|e| e.cached_tokens_details.as_ref()) {
             out.cached_device_tokens = d.device;

@@ -9,6 +9,7 @@ mod resume;
 mod run;
 mod serve;
 mod status;
+mod tls;
 mod workload;
 
 use std::ffi::OsStr;
@@ -172,7 +173,7 @@ pub fn spawn_sim(args: &[&str]) -> (SimChild, String) {
         .unwrap();
     let url = line
         .split_whitespace()
-        .find(|w| w.starts_with("http://"))
+        .find(|w| w.starts_with("http://") || w.starts_with("https://"))
         .unwrap_or_else(|| panic!("no URL in {line:?}"))
         .to_string();
     (SimChild(child), url)

@@ -201,7 +201,14 @@ fn reset(s: &mut TcpStream) {
 fn bad_input_exits_2() {
     let _serial = crate::serial();
     for args in [
-        vec!["probe", "--base-url", "https://api.example.com/v1"],
+        vec!["probe", "--base-url", "ftp://127.0.0.1:1/v1"],
+        vec![
+            "probe",
+            "--base-url",
+            "https://127.0.0.1:1",
+            "--client-key",
+            "k.pem",
+        ],
         vec!["probe", "--base-url", "localhost:8000"],
         vec!["probe", "--header", "novalue"],
         vec!["probe", "--extra-request-body", "{not json"],
@@ -246,4 +253,49 @@ fn closed_stdout_is_not_an_error() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Every endpoint against the embedded simulator reasoning first: the same token counts, the
+/// reasoning/answer split, and TTFA after TTFT by the reasoning tokens' time.
+#[test]
+fn every_endpoint_measures_reasoning_then_the_answer() {
+    let _serial = serial();
+    for endpoint in ["chat", "responses", "messages", "completions"] {
+        let v = run_json(&[
+            "probe",
+            "--json",
+            "--endpoint",
+            endpoint,
+            "--ttft-ms",
+            "20",
+            "--itl-ms",
+            "5",
+            "--reasoning-tokens",
+            "4",
+            "--max-tokens",
+            "10",
+        ]);
+        assert_eq!(v["endpoint"], endpoint);
+        assert_eq!(v["completion_tokens"], 10, "{endpoint}: {v}");
+        assert_eq!(v["chunks"], 10, "{endpoint}: {v}");
+        assert_eq!(v["finish_reason"], "length", "{endpoint}: {v}");
+        let (ttft, ttfa) = (f(&v, "ttft_ms"), v["ttfa_ms"].as_f64());
+        if endpoint == "completions" {
+            // No reasoning shape: everything is answer text.
+            assert_eq!(v["reasoning_chunks"], 0, "{v}");
+            assert_eq!(ttfa, Some(ttft));
+        } else {
+            assert_eq!(v["reasoning_chunks"], 4, "{endpoint}: {v}");
+            assert_eq!(v["answer_chunks"], 6, "{endpoint}: {v}");
+            // Four tokens 5 ms apart come before the first answer token.
+            let gap = ttfa.unwrap() - ttft;
+            assert!(
+                (18.0..40.0).contains(&gap),
+                "{endpoint}: ttfa - ttft = {gap}"
+            );
+        }
+        if endpoint == "chat" || endpoint == "responses" {
+            assert_eq!(v["reasoning_tokens"], 4, "{endpoint}: {v}");
+        }
+    }
 }

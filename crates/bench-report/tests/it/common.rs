@@ -35,6 +35,12 @@ pub fn turn(s: &str, turn_index: u32, sent_s: f64) -> TurnRecord {
         worker: None,
         redials: 0,
         warmup: false,
+        ttfa_ms: None,
+        reasoning_chunks: None,
+        answer_chunks: None,
+        reasoning_tokens: None,
+        connect_ms: None,
+        tls_ms: None,
         superseded: false,
     }
 }

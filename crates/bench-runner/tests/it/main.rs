@@ -328,3 +328,73 @@ async fn cancel_stops_between_turns() {
     );
     s.shutdown().await;
 }
+
+/// Over HTTPS: each worker's first turn records its connection's connect and handshake times
+/// (later turns reuse it); against a certificate the client refuses (here an expired one, with
+/// a trusted CA), every turn played is recorded as failed with the `tls` kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_handshakes_are_recorded_and_tls_failures_are_per_turn() {
+    let dir = std::env::temp_dir().join(format!("bench-runner-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = bench_sim::SelfSignedCa::new().unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let tls_client = |url: &str| {
+        let mut c = ClientConfig::new(url);
+        c.auth = Auth::None;
+        c.tls.ca_cert = Some(ca_file.clone());
+        Client::new(c).unwrap()
+    };
+    let start = |tls: bench_sim::SimTls| {
+        SimServer::start(SimConfig {
+            mode: LatencyMode::Instant,
+            tls: Some(Arc::new(tls)),
+            ..SimConfig::default()
+        })
+    };
+
+    let good = start(ca.loopback_server().unwrap()).await.unwrap();
+    let c = tls_client(&good.base_url());
+    let out = run(
+        synthetic(4, 3, GapPolicy::Zero),
+        c.clone(),
+        RunConfig::new("bench-sim", 2),
+        vec![],
+        CancelToken::new(),
+    )
+    .await;
+    assert_eq!(out.turns.len(), 12);
+    assert!(out.turns.iter().all(|t| t.status == TurnStatus::Ok));
+    let handshakes: Vec<&TurnRecord> = out.turns.iter().filter(|t| t.tls_ms.is_some()).collect();
+    // Exactly one per connection opened (at most one per worker; on an instant server a
+    // worker may find the other's connection idle in the pool).
+    assert_eq!(handshakes.len() as u64, c.connections_opened());
+    assert!((1..=2).contains(&handshakes.len()));
+    assert!(
+        handshakes
+            .iter()
+            .all(|t| t.connect_ms.is_some() && t.turn_index == 0)
+    );
+    good.shutdown().await;
+
+    let expired = start(ca.expired_server(&["127.0.0.1"]).unwrap())
+        .await
+        .unwrap();
+    let out = run(
+        synthetic(3, 2, GapPolicy::Zero),
+        tls_client(&expired.base_url()),
+        RunConfig::new("bench-sim", 1),
+        vec![],
+        CancelToken::new(),
+    )
+    .await;
+    // Every turn played is recorded, each a `tls` failure.
+    assert_eq!(out.turns.len(), 6);
+    for t in &out.turns {
+        assert_eq!(t.status, TurnStatus::Error, "{t:?}");
+        assert_eq!(t.error_kind, Some(bench_transport::ErrorKind::Tls));
+        assert!(t.error.as_deref().unwrap().contains("expired"), "{t:?}");
+    }
+    expired.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -153,6 +153,7 @@ impl Fake {
             cached_tokens: Some(cached),
             cached_device_tokens: None,
             cached_host_tokens: None,
+            reasoning_tokens: None,
         };
         let idx = {
             let mut st = self.state.lock().unwrap();
@@ -191,7 +192,10 @@ impl Fake {
                     content: "tok ".repeat(max_tokens as usize),
                     reasoning: String::new(),
                     ttft: offsets.first().copied(),
+                    ttfa: offsets.first().copied(),
                     e2e: Instant::now() - sent,
+                    reasoning_chunks: 0,
+                    answer_chunks: offsets.len() as u32,
                     chunk_offsets: offsets,
                     usage: Some(usage),
                     finish_reason: Some("length".into()),
@@ -200,6 +204,8 @@ impl Fake {
                     body_bytes: 0,
                     redials: 0,
                     worker: None,
+                    connect: None,
+                    tls: None,
                 })
             }
         };
@@ -892,6 +898,48 @@ async fn open_loop_constant_arrivals_start_on_schedule_without_a_limit() {
     assert_eq!(fake.max_in_flight(), 5);
     assert_eq!(out.arrivals_not_started, 0);
     assert_eq!(out.elapsed, ms(2500 + 2400));
+}
+
+/// `--arrival trace`: sessions start at their recorded offsets (first timed turn, less the
+/// earliest), scaled, in recorded order whatever the plan's order; a session late for a slot
+/// counts the wait as dispatch lag.
+#[tokio::test(start_paused = true)]
+async fn open_loop_trace_arrivals_start_at_the_recorded_offsets_scaled() {
+    let fake = Fake::uniform(100);
+    // Recorded at 10.0 s, 13.0 s, 10.4 s and 11.0 s into the trace (plan order differs).
+    let recorded = [10_000.0, 13_000.0, 10_400.0, 11_000.0];
+    let mut ss: Vec<PlannedSession> = (0..4).map(|i| session(i, 2, 0.0)).collect();
+    for (s, ts) in ss.iter_mut().zip(recorded) {
+        s.turns[0].timestamp_ms = Some(ts);
+        s.turns[1].timestamp_ms = Some(ts + 50.0);
+    }
+    let mut cfg = RunConfig::new("fake", 0);
+    cfg.arrival = Some(Arrival {
+        rate: 1.0,
+        process: ArrivalProcess::Trace { time_scale: 0.5 },
+        seed: 1,
+    });
+    let t0 = Instant::now();
+    let out = play(ss, &fake, cfg).await;
+    assert_eq!(out.turns.len(), 8);
+    for (i, ts) in recorded.iter().enumerate() {
+        let at = (ts - 10_000.0) * 0.5;
+        let t = turns_of(&out, &format!("s{i}"));
+        assert_s(t[0].due_s, at);
+        assert_s(t[0].sent_s, at);
+        assert_eq!(
+            fake.seen_of(&format!("s{i}"))[0].sent - t0,
+            Duration::from_secs_f64(at / 1000.0)
+        );
+    }
+    // Recorded order: s0, s2, s3, s1.
+    let order: Vec<String> = fake
+        .seen()
+        .iter()
+        .filter(|s| s.turn == 0)
+        .map(|s| s.session.clone())
+        .collect();
+    assert_eq!(order, ["s0", "s2", "s3", "s1"]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -16,6 +16,8 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+mod endpoints;
+
 /// One HTTP/1.1 keep-alive connection.
 struct Client {
     addr: SocketAddr,

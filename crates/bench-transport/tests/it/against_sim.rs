@@ -89,3 +89,70 @@ async fn prefix_cache_hits_are_reported_in_usage() {
     assert_eq!(e.status.as_u16(), 404);
     sim.shutdown().await;
 }
+
+/// The simulator and the client's parsers follow the same wire contract: every endpoint,
+/// streamed and not, with reasoning, reads back as the simulator sent it. (The bodies are read
+/// whole here; timing is covered by the consumer's own tests.)
+#[tokio::test]
+async fn every_endpoint_of_the_simulator_reads_back_with_its_reasoning() {
+    use bench_transport::{ChatStreamConsumer, Endpoint};
+    use std::time::Instant;
+
+    let sim = SimServer::start(SimConfig {
+        mode: LatencyMode::Instant,
+        reasoning_tokens: 3,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let c = client(sim.base_url());
+    for endpoint in Endpoint::ALL {
+        for stream in [true, false] {
+            let body = match endpoint {
+                Endpoint::Chat => {
+                    serde_json::json!({"model":"bench-sim","messages":[{"role":"user","content":"hello"}],
+                    "stream":stream,"stream_options":{"include_usage":true},"max_completion_tokens":8,"ignore_eos":true})
+                }
+                Endpoint::Completions => serde_json::json!({"model":"bench-sim","prompt":"hello",
+                    "stream":stream,"stream_options":{"include_usage":true},"max_tokens":8,"ignore_eos":true}),
+                Endpoint::Responses => serde_json::json!({"model":"bench-sim","input":"hello",
+                    "stream":stream,"max_output_tokens":8,"ignore_eos":true}),
+                Endpoint::Messages => serde_json::json!({"model":"bench-sim","max_tokens":8,
+                    "messages":[{"role":"user","content":"hello"}],"stream":stream,"ignore_eos":true}),
+            };
+            let ctx = format!("{endpoint} stream={stream}");
+            let t0 = Instant::now();
+            let r = c
+                .request(
+                    http::Method::POST,
+                    endpoint.path(),
+                    body.to_string().into(),
+                    None,
+                )
+                .await
+                .unwrap();
+            assert!(r.status.is_success(), "{ctx}: {}", r.status);
+            let mut con = ChatStreamConsumer::with_endpoint(t0, stream, endpoint);
+            con.feed(&r.body, Instant::now()).unwrap();
+            assert_eq!(con.is_done(), stream, "{ctx}");
+            let out = con.finish(Instant::now()).unwrap();
+            let u = out.usage.unwrap();
+            assert_eq!(u.completion_tokens, Some(8), "{ctx}");
+            assert_eq!(out.finish_reason.as_deref(), Some("length"), "{ctx}");
+            assert!(!out.content.is_empty(), "{ctx}");
+            // Completions has no reasoning shape: the reasoning tokens are plain text there.
+            let plain = endpoint == Endpoint::Completions;
+            assert_eq!(out.reasoning.is_empty(), plain, "{ctx}");
+            let reports = matches!(endpoint, Endpoint::Chat | Endpoint::Responses);
+            assert_eq!(u.reasoning_tokens, reports.then_some(3), "{ctx}");
+            if stream {
+                let (r, a) = if plain { (0, 8) } else { (3, 5) };
+                assert_eq!((out.reasoning_chunks, out.answer_chunks), (r, a), "{ctx}");
+            } else {
+                assert_eq!(out.answer_chunks, 1, "{ctx}");
+                assert_eq!(out.reasoning_chunks, u32::from(!plain), "{ctx}");
+            }
+        }
+    }
+    sim.shutdown().await;
+}

@@ -4,6 +4,7 @@
 mod captures;
 mod client;
 mod sse_vectors;
+mod tls;
 
 use std::path::PathBuf;
 
