@@ -86,6 +86,10 @@ pub struct JourneysCmd {
     /// sub-millisecond operations).
     #[arg(long, default_value_t = 0.0)]
     pub min_delta_ms: f64,
+    /// The API the openai pack's generation journeys call: chat, responses, messages or
+    /// completions (their descriptions name the chat path).
+    #[arg(long, default_value = "chat", value_name = "API")]
+    pub endpoint: bench_transport::Endpoint,
     /// TLS for an https:// --base-url.
     #[command(flatten)]
     pub tls: crate::TlsArgs,
@@ -122,6 +126,7 @@ impl JourneysCmd {
             max_p50_ms: self.max_p50_ms,
             max_p99_ms: self.max_p99_ms,
             tls: self.tls.options(),
+            endpoint: self.endpoint,
         })
     }
 }

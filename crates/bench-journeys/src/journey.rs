@@ -95,12 +95,37 @@ impl From<bench_transport::Error> for Failure {
 pub struct Env {
     /// The client (keep-alive pool, auth and headers configured).
     pub client: Client,
+    /// The API the generation journeys call (chat completions by default).
+    pub endpoint: bench_transport::Endpoint,
 }
 
 impl Env {
-    /// An environment around `client`.
+    /// An environment around `client`, calling chat completions.
     pub fn new(client: Client) -> Env {
-        Env { client }
+        Env {
+            client,
+            endpoint: bench_transport::Endpoint::Chat,
+        }
+    }
+
+    /// The same, calling `endpoint` instead.
+    pub fn with_endpoint(mut self, endpoint: bench_transport::Endpoint) -> Env {
+        self.endpoint = endpoint;
+        self
+    }
+
+    /// Request options for one generation call of [`Env::endpoint`] (its path, parser and
+    /// headers: Anthropic's version and `ANTHROPIC_API_KEY`).
+    pub fn generation_options(&self) -> Result<bench_transport::RequestOptions, Failure> {
+        let headers = bench_transport::bodies::endpoint_headers(
+            self.endpoint,
+            std::env::var("ANTHROPIC_API_KEY").ok(),
+        )?;
+        Ok(bench_transport::RequestOptions {
+            endpoint: self.endpoint,
+            headers,
+            ..bench_transport::RequestOptions::default()
+        })
     }
 }
 

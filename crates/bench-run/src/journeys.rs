@@ -87,6 +87,8 @@ pub struct JourneysSpec {
     /// TLS trust and client certificate for an `https://` base URL.
     #[serde(skip_serializing_if = "bench_transport::TlsOptions::is_default")]
     pub tls: bench_transport::TlsOptions,
+    /// The API the `openai` pack's generation journeys call (`chat` by default).
+    pub endpoint: bench_transport::Endpoint,
 }
 
 impl Default for JourneysSpec {
@@ -108,6 +110,7 @@ impl Default for JourneysSpec {
             max_p50_ms: None,
             max_p99_ms: None,
             tls: bench_transport::TlsOptions::default(),
+            endpoint: bench_transport::Endpoint::Chat,
         }
     }
 }
@@ -451,7 +454,10 @@ fn prepare(
         process_start_utc: lifecycle::process_start_utc(pid),
         ..Opened::default()
     }));
-    Ok((Env::new(client), Arc::new(events)))
+    Ok((
+        Env::new(client).with_endpoint(spec.endpoint),
+        Arc::new(events),
+    ))
 }
 
 fn spawn(

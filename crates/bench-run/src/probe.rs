@@ -239,10 +239,14 @@ async fn probe_at(p: &Probe, base_url: &str, embedded: bool) -> Result<ProbeRepo
     req.extra = p.extra_body.clone();
     let opts = RequestOptions {
         endpoint: p.endpoint,
-        headers: endpoint_headers(p.endpoint, std::env::var("ANTHROPIC_API_KEY").ok())?,
+        headers: bench_transport::bodies::endpoint_headers(
+            p.endpoint,
+            std::env::var("ANTHROPIC_API_KEY").ok(),
+        )
+        .map_err(transport_error)?,
         ..RequestOptions::default()
     };
-    let body = endpoint_body(&req, p.endpoint)?;
+    let body = req.to_endpoint_body(p.endpoint).map_err(transport_error)?;
     let outcome = client
         .chat_body(body, req.wants_stream(), &opts)
         .await
@@ -250,122 +254,6 @@ async fn probe_at(p: &Probe, base_url: &str, embedded: bool) -> Result<ProbeRepo
     let mut report = ProbeReport::new(client.base_url(), embedded, model, &outcome);
     report.endpoint = p.endpoint;
     Ok(report)
-}
-
-/// The request body of `req` (one chat conversation) in `endpoint`'s shape:
-///
-/// * chat: as is;
-/// * responses: the messages as `input` items, the output cap as `max_output_tokens`, no
-///   `stream_options` (usage always comes with `response.completed`);
-/// * messages: system messages joined into `system`, the cap as `max_tokens` (required);
-/// * completions: the conversation rendered to one `prompt` (see [`completion_prompt`]), the
-///   cap as `max_tokens`.
-///
-/// `ignore_eos` and the extra body go into every shape.
-pub fn endpoint_body(req: &ChatRequest, endpoint: Endpoint) -> Result<bytes::Bytes, RunError> {
-    use serde_json::{Value, json};
-    if endpoint == Endpoint::Chat {
-        return req.to_body().map_err(transport_error);
-    }
-    let cap = req.max_completion_tokens.or(req.max_tokens);
-    let msgs = |keep_system: bool| -> Vec<Value> {
-        req.messages
-            .iter()
-            .filter(|m| keep_system || m.role != Role::System)
-            .map(|m| json!({"role": m.role, "content": m.content}))
-            .collect()
-    };
-    let mut body = serde_json::Map::new();
-    body.insert("model".into(), json!(req.model));
-    match endpoint {
-        Endpoint::Chat => {}
-        Endpoint::Responses => {
-            body.insert("input".into(), Value::Array(msgs(true)));
-            if let Some(n) = cap {
-                body.insert("max_output_tokens".into(), json!(n));
-            }
-        }
-        Endpoint::Messages => {
-            let system: Vec<&str> = req
-                .messages
-                .iter()
-                .filter(|m| m.role == Role::System)
-                .map(|m| m.content.as_str())
-                .collect();
-            if !system.is_empty() {
-                body.insert("system".into(), json!(system.join("\n\n")));
-            }
-            body.insert("messages".into(), Value::Array(msgs(false)));
-            body.insert("max_tokens".into(), json!(cap.unwrap_or(1024)));
-        }
-        Endpoint::Completions => {
-            body.insert("prompt".into(), json!(completion_prompt(&req.messages)));
-            if let Some(n) = cap {
-                body.insert("max_tokens".into(), json!(n));
-            }
-            if let Some(o) = &req.stream_options {
-                body.insert("stream_options".into(), json!(o));
-            }
-        }
-    }
-    if let Some(e) = req.ignore_eos {
-        body.insert("ignore_eos".into(), json!(e));
-    }
-    body.insert("stream".into(), json!(req.stream));
-    for (k, v) in &req.extra {
-        if v.is_null() {
-            body.remove(k);
-        } else {
-            body.insert(k.clone(), v.clone());
-        }
-    }
-    serde_json::to_vec(&body)
-        .map(bytes::Bytes::from)
-        .map_err(|e| RunError::Invalid(format!("cannot encode the request: {e}")))
-}
-
-/// A conversation as one legacy-completions prompt: each message as `System: …`, `User: …` or
-/// `Assistant: …`, separated by a blank line, ending with `Assistant:` for the model to
-/// continue.
-pub fn completion_prompt(messages: &[ChatMessage]) -> String {
-    let mut s = String::new();
-    for m in messages {
-        let label = match m.role {
-            Role::System => "System",
-            Role::User => "User",
-            Role::Assistant => "Assistant",
-            Role::Tool => "Tool",
-        };
-        s.push_str(label);
-        s.push_str(": ");
-        s.push_str(&m.content);
-        s.push_str("\n\n");
-    }
-    s.push_str("Assistant:");
-    s
-}
-
-/// Headers an endpoint needs: for messages, `anthropic-version` and `x-api-key` (from
-/// `ANTHROPIC_API_KEY`, marked sensitive: never logged).
-pub fn endpoint_headers(
-    endpoint: Endpoint,
-    anthropic_api_key: Option<String>,
-) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, RunError> {
-    if endpoint != Endpoint::Messages {
-        return Ok(Vec::new());
-    }
-    let mut h = vec![(
-        http::HeaderName::from_static("anthropic-version"),
-        http::HeaderValue::from_static("2023-06-01"),
-    )];
-    if let Some(k) = anthropic_api_key.filter(|k| !k.is_empty()) {
-        let mut v = http::HeaderValue::from_str(&k).map_err(|_| {
-            RunError::Invalid("ANTHROPIC_API_KEY is not a valid header value".into())
-        })?;
-        v.set_sensitive(true);
-        h.push((http::HeaderName::from_static("x-api-key"), v));
-    }
-    Ok(h)
 }
 
 /// The first model id listed by `GET /v1/models`.

@@ -16,6 +16,9 @@ pub(crate) struct LogLine<'a> {
     pub(crate) recv_utc: &'a str,
     /// When the request was received, in ms since server start.
     pub(crate) recv_ms: f64,
+    /// The endpoint's path (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`,
+    /// `/v1/completions`).
+    pub(crate) endpoint: &'static str,
     /// Value of the session header, if any.
     pub(crate) session: Option<&'a str>,
     /// Number of assistant messages in the request (plus the turns of a continued stored

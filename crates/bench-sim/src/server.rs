@@ -451,6 +451,8 @@ struct RequestGuard {
     recv: Instant,
     recv_utc: OffsetDateTime,
     session: Option<String>,
+    /// The endpoint's path, for the request log.
+    endpoint: &'static str,
     stream: bool,
     turn_index: u32,
     usage: Usage,
@@ -463,7 +465,7 @@ struct RequestGuard {
 }
 
 impl RequestGuard {
-    fn new(shared: Arc<Shared>, recv: Instant, session: Option<String>) -> Self {
+    fn new(shared: Arc<Shared>, recv: Instant, session: Option<String>, api: Api) -> Self {
         {
             let mut st = shared.lock();
             st.inflight += 1;
@@ -474,6 +476,7 @@ impl RequestGuard {
             recv,
             recv_utc: OffsetDateTime::now_utc(),
             session,
+            endpoint: api.path(),
             stream: false,
             turn_index: 0,
             usage: Usage::default(),
@@ -532,6 +535,7 @@ impl Drop for RequestGuard {
             log.write(&LogLine {
                 recv_utc: &recv_utc,
                 recv_ms: (recv_ms * 1000.0).round() / 1000.0,
+                endpoint: self.endpoint,
                 session: self.session.as_deref(),
                 turn_index: self.turn_index,
                 prompt_tokens: self.usage.prompt_tokens,
@@ -574,7 +578,7 @@ async fn generate(shared: Arc<Shared>, req: Request<Incoming>, api: Api) -> Resp
     let body = Limited::new(req.into_body(), MAX_BODY_BYTES)
         .collect()
         .await;
-    let mut guard = RequestGuard::new(Arc::clone(&shared), recv, session);
+    let mut guard = RequestGuard::new(Arc::clone(&shared), recv, session, api);
     let body = match body {
         Ok(b) => b.to_bytes(),
         Err(e) => {

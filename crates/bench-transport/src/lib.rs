@@ -26,6 +26,7 @@
 //! Timestamps are taken when body bytes arrive, before any parsing; event data is borrowed from
 //! the received chunk when possible and chunk JSON is parsed with borrowed strings.
 
+pub mod bodies;
 pub mod body;
 pub mod client;
 mod completions;

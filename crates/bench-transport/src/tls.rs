@@ -8,7 +8,7 @@
 //!
 //! A failed handshake becomes one line naming the host and the reason ("unknown CA", "name
 //! mismatch", "expired", "the server requires a client certificate") with
-//! [`ErrorKind::Tls`](crate::ErrorKind::Tls).
+//! `ErrorKind::Tls`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

@@ -232,3 +232,53 @@ measure = [{ path = "/nope" }]
     let _ = std::fs::remove_dir_all(&dir);
     stop_sim(sim);
 }
+
+/// `--endpoint`: the generation journeys call that API (the simulator's request log names the
+/// path of every request) and read its stream.
+#[test]
+fn the_generation_journeys_call_the_endpoint_asked_for() {
+    let _serial = serial();
+    let dir = tempdir("journeys-endpoint");
+    let log = dir.join("requests.jsonl");
+    let (sim, url) = spawn_sim(&["--instant", "--request-log", log.to_str().unwrap()]);
+    for endpoint in ["responses", "messages", "completions"] {
+        let out = run(&[
+            "journeys",
+            "--base-url",
+            &url,
+            "--endpoint",
+            endpoint,
+            "--journeys",
+            "chat_completion,stream_ttft,interrupt",
+            "--iterations",
+            "3",
+            "--warmup",
+            "0",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{endpoint}: {}", stderr(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for (name, j) in v["journeys"].as_object().unwrap() {
+            assert_eq!(j["summary"]["n_success"], 3, "{endpoint} {name}: {j}");
+            assert_eq!(j["summary"]["n_failures"], 0, "{endpoint} {name}: {j}");
+        }
+    }
+    stop_sim(sim);
+    let paths: Vec<String> = crate::read_jsonl(&log)
+        .iter()
+        .map(|l| l["endpoint"].as_str().unwrap().to_owned())
+        .collect();
+    for p in ["/v1/responses", "/v1/messages", "/v1/completions"] {
+        // chat_completion 3 + stream_ttft 3 + interrupt 3 × 2 requests, after setup.
+        assert_eq!(
+            paths.iter().filter(|x| *x == p).count(),
+            12,
+            "{p}: {paths:?}"
+        );
+    }
+    assert!(
+        !paths.iter().any(|p| p == "/v1/chat/completions"),
+        "{paths:?}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

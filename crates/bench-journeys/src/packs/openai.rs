@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bench_transport::RequestOptions;
+use bench_transport::{ChatMessage, ChatRequest, Role};
 use bytes::Bytes;
 
 use crate::journey::{BoxFuture, Ctx, Env, Failure, Journey};
@@ -59,18 +59,18 @@ async fn first_model(env: &Env) -> Result<String, Failure> {
         .ok_or_else(|| Failure::other("GET /v1/models listed no model"))
 }
 
-fn chat_body(model: &str, stream: bool, max_tokens: u32) -> Bytes {
-    let mut v = serde_json::json!({
-        "model": model,
-        "messages": [{"role": "user", "content": "Say hello in a few words."}],
-        "max_completion_tokens": max_tokens,
-        "ignore_eos": true,
-        "stream": stream,
-    });
-    if stream {
-        v["stream_options"] = serde_json::json!({"include_usage": true});
+/// One user message in the shape of `env`'s endpoint, output pinned to `max_tokens`.
+fn chat_body(env: &Env, model: &str, stream: bool, max_tokens: u32) -> Result<Bytes, Failure> {
+    let mut req = ChatRequest::new(
+        model,
+        vec![ChatMessage::new(Role::User, "Say hello in a few words.")],
+    );
+    req.pin_output(max_tokens, false);
+    if !stream {
+        req.stream = false;
+        req.stream_options = None;
     }
-    Bytes::from(v.to_string())
+    Ok(req.to_endpoint_body(env.endpoint)?)
 }
 
 fn model_of(ctx: &Ctx) -> Result<&str, Failure> {
@@ -147,10 +147,10 @@ impl Journey for Chat {
     ) -> BoxFuture<'a, Result<Option<Duration>, Failure>> {
         Box::pin(async move {
             let stream = self.mode != ChatMode::Whole;
-            let body = chat_body(model_of(ctx)?, stream, MAX_TOKENS);
+            let body = chat_body(env, model_of(ctx)?, stream, MAX_TOKENS)?;
             let o = env
                 .client
-                .chat_body(body, stream, &RequestOptions::default())
+                .chat_body(body, stream, &env.generation_options()?)
                 .await?;
             match self.mode {
                 ChatMode::Ttft => o
@@ -182,14 +182,14 @@ impl Journey for Interrupt {
     ) -> BoxFuture<'a, Result<Option<Duration>, Failure>> {
         Box::pin(async move {
             let model = model_of(ctx)?;
-            let opts = RequestOptions::default();
+            let opts = env.generation_options()?;
             // A long generation, cut at its first delta.
             env.client
-                .chat_interrupt(chat_body(model, true, 4096), &opts)
+                .chat_interrupt(chat_body(env, model, true, 4096)?, &opts)
                 .await?;
             let t0 = Instant::now();
             env.client
-                .chat_body(chat_body(model, false, 1), false, &opts)
+                .chat_body(chat_body(env, model, false, 1)?, false, &opts)
                 .await?;
             Ok(Some(t0.elapsed()))
         })
