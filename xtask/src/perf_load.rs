@@ -77,7 +77,7 @@ impl Sim {
         BufReader::new(child.stdout.take().context("no stdout")?).read_line(&mut line)?;
         let url = line
             .split_whitespace()
-            .find(|w| w.starts_with("http://"))
+            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
             .with_context(|| format!("bench sim printed no URL: {line:?}"))?
             .to_owned();
         // taskset execs the simulator: same pid.
@@ -713,6 +713,85 @@ fn client_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> 
     Ok(())
 }
 
+/// Client CPU per streamed turn over TLS against plain HTTP, and for each endpoint: the client
+/// workload of `client_scenario` at C=64, every variant three times, interleaved, against one
+/// `bench sim --instant` serving HTTP and one serving HTTPS (same configuration), the median
+/// compared. Each connection's handshake is in the run (C of them).
+fn api_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
+    let c = 64u32;
+    let ca = perf_dir().join("api-ca.pem");
+    let plain = Sim::start(bench, &["--instant"], Some("0"))?;
+    let tls = Sim::start(
+        bench,
+        &[
+            "--instant",
+            "--tls-self-signed",
+            ca.to_str().unwrap_or_default(),
+        ],
+        Some("0"),
+    )?;
+    let ca_s = ca.display().to_string();
+    let variants: [(&str, &Sim, Vec<&str>); 6] = [
+        ("chat", &plain, vec!["--endpoint", "chat"]),
+        (
+            "chat over TLS",
+            &tls,
+            vec!["--endpoint", "chat", "--ca-cert", &ca_s],
+        ),
+        ("responses", &plain, vec!["--endpoint", "responses"]),
+        ("messages", &plain, vec!["--endpoint", "messages"]),
+        ("completions", &plain, vec!["--endpoint", "completions"]),
+        (
+            "responses over TLS",
+            &tls,
+            vec!["--endpoint", "responses", "--ca-cert", &ca_s],
+        ),
+    ];
+    let mut runs: Vec<Vec<ClientRun>> = vec![Vec::new(); variants.len()];
+    for rep_no in 1..=3 {
+        for (i, (name, sim, extra)) in variants.iter().enumerate() {
+            eprintln!("xtask perf api: {name}, {CLIENT_TURNS} turns ({rep_no} of 3)");
+            let work = Synthetic::single_turns(CLIENT_TURNS);
+            let (mut r, _) = bench_run(bench, sim, Some("1"), c, &work.args(extra))?;
+            r.client = format!("bench {name}");
+            runs[i].push(r);
+        }
+    }
+    let mut rows = Vec::new();
+    let mut medians = Vec::new();
+    for (i, mut v) in runs.into_iter().enumerate() {
+        rows.extend(v.iter().map(ClientRun::to_json));
+        v.sort_by(|a, b| a.cpu_per_1k().total_cmp(&b.cpu_per_1k()));
+        let m = v[v.len() / 2].clone();
+        eprintln!(
+            "xtask perf api: {:<20} {:>6} ok {:>4} failed {:>8.0} turns/s {:.3} CPU-s/1k turns (sim {:.3})",
+            variants[i].0,
+            m.turns_ok,
+            m.turns_failed,
+            m.turns_per_s(),
+            m.cpu_per_1k(),
+            m.sim_cpu_s / m.turns_ok.max(1) as f64 * 1000.0
+        );
+        medians.push(m);
+    }
+    let base = medians[0].cpu_per_1k();
+    for (i, m) in medians.iter().enumerate().skip(1) {
+        // A figure, not a target: nothing is wanted of it.
+        rep.notes.push(format!(
+            "client CPU per streamed turn, {} vs chat over HTTP, C={c}: {:.2}× ({:.3} vs {base:.3} CPU-s per 1,000 turns)",
+            variants[i].0,
+            m.cpu_per_1k() / base,
+            m.cpu_per_1k()
+        ));
+    }
+    rep.scenarios.push(json!({
+        "scenario": "api",
+        "what": "streamed single turns (256-token prompts, 64 output tokens) at C=64 against bench sim --instant over HTTP and HTTPS (--tls-self-signed), every endpoint; sim on CPU 0, client on CPU 1; three interleaved runs each, the median compared",
+        "runs": rows,
+    }));
+    Ok(())
+}
+
 /// The simulator's model name (`bench sim` serves `bench-sim` unless told otherwise).
 const MODEL: &str = "bench-sim";
 
@@ -1142,7 +1221,7 @@ fn sim_scenario(bench: &Path, peers: &Peers, rep: &mut Report, best_client: f64)
 
 /// Runs the load scenarios named in `which` (all when empty).
 pub fn run(which: &[String], scale_seconds: u32) -> Result<()> {
-    let all = ["client", "http", "fidelity", "scale", "long", "sim"];
+    let all = ["client", "http", "fidelity", "scale", "long", "sim", "api"];
     let wanted: Vec<&str> = if which.is_empty() {
         all.to_vec()
     } else {
@@ -1191,6 +1270,7 @@ pub fn run(which: &[String], scale_seconds: u32) -> Result<()> {
             "fidelity" => fidelity_scenario(&bench, &mut rep),
             "scale" => scale_scenario(&bench, &mut rep, scale_seconds),
             "long" => long_scenario(&bench, &peers, &mut rep),
+            "api" => api_scenario(&bench, &mut rep),
             "sim" => {
                 if best_client == 0.0 {
                     best_client = rep

@@ -42,6 +42,15 @@ pub enum ContentModeArg {
     Model,
 }
 
+/// Where a Responses conversation is kept.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ResponsesStateArg {
+    /// Every request resends the conversation.
+    Client,
+    /// Later turns chain previous_response_id.
+    Server,
+}
+
 /// How open-loop sessions are spaced.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ArrivalArg {
@@ -144,6 +153,17 @@ pub struct RunCmd {
     /// Send `max_tokens` instead of `max_completion_tokens`.
     #[arg(long)]
     pub legacy_max_tokens: bool,
+    /// The API every turn calls: chat (/v1/chat/completions), responses (/v1/responses),
+    /// messages (Anthropic /v1/messages; `x-api-key` from ANTHROPIC_API_KEY) or completions
+    /// (/v1/completions, the conversation rendered as "User: …" paragraphs). See
+    /// docs/metrics.md for what pins the output and where usage comes from in each.
+    #[arg(long, default_value = "chat", value_name = "API")]
+    pub endpoint: bench_transport::Endpoint,
+    /// --endpoint responses: resend the conversation as input items (client), or send only
+    /// the new input with previous_response_id (server: the server keeps the conversation, and
+    /// what joins it is what the model generated).
+    #[arg(long, value_enum, default_value_t = ResponsesStateArg::Client)]
+    pub responses_state: ResponsesStateArg,
     /// Do not send `ignore_eos` (output may stop before the pinned length).
     #[arg(long)]
     pub no_ignore_eos: bool,
@@ -486,6 +506,11 @@ impl RunCmd {
             },
             routing_header: self.routing_key.clone(),
             worker_header: self.worker_header.clone(),
+            endpoint: self.endpoint,
+            responses_state: match self.responses_state {
+                ResponsesStateArg::Client => bench_runner::ResponsesState::Client,
+                ResponsesStateArg::Server => bench_runner::ResponsesState::Server,
+            },
         };
         let spec = RunSpec {
             graders: Default::default(),

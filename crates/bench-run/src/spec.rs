@@ -244,6 +244,11 @@ pub struct RequestShape {
     pub routing_header: Option<String>,
     /// Response header naming the worker that served a turn.
     pub worker_header: Option<String>,
+    /// The API every turn calls (`chat` by default).
+    pub endpoint: bench_transport::Endpoint,
+    /// Responses API: resend the conversation (`client`) or chain `previous_response_id`
+    /// (`server`).
+    pub responses_state: bench_runner::ResponsesState,
 }
 
 impl Default for RequestShape {
@@ -263,6 +268,8 @@ impl Default for RequestShape {
             extra_body: c.extra_body,
             routing_header: None,
             worker_header: None,
+            endpoint: c.endpoint,
+            responses_state: c.responses_state,
         }
     }
 }
@@ -500,6 +507,18 @@ impl RunSpec {
         }
         self.plan.validate().map_err(|e| invalid(e.to_string()))?;
         self.graders.build()?;
+        bench_transport::bodies::endpoint_headers(
+            self.request.endpoint,
+            std::env::var("ANTHROPIC_API_KEY").ok(),
+        )
+        .map_err(|e| invalid(e.detail().to_owned()))?;
+        if self.request.responses_state == bench_runner::ResponsesState::Server
+            && self.request.endpoint != bench_transport::Endpoint::Responses
+        {
+            return Err(invalid(
+                "responses_state server needs the responses endpoint (--endpoint responses)",
+            ));
+        }
         Ok(())
     }
 
@@ -535,6 +554,14 @@ impl RunSpec {
         cfg.content_mode = r.content_mode;
         cfg.response = r.response;
         cfg.extra_body = r.extra_body.clone();
+        cfg.endpoint = r.endpoint;
+        cfg.responses_state = r.responses_state;
+        // The key is read here, never recorded (run.json holds the spec, not the headers).
+        cfg.endpoint_headers = bench_transport::bodies::endpoint_headers(
+            r.endpoint,
+            std::env::var("ANTHROPIC_API_KEY").ok(),
+        )
+        .unwrap_or_default();
         let name = |h: &Option<String>| {
             h.as_deref()
                 .and_then(|h| http::HeaderName::from_bytes(h.trim().as_bytes()).ok())

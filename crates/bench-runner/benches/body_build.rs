@@ -88,14 +88,17 @@ fn play(cfg: &RunConfig, sess: &PlannedSession) -> usize {
 /// [`Conversation`] and [`RunConfig::body_segments`] (long texts shared, never copied).
 fn play_segments(cfg: &RunConfig, sess: &PlannedSession) -> u64 {
     let mut conv = Conversation::with_capacity(0);
-    let head = sess.system.as_deref();
+    let head = match sess.system.as_deref() {
+        Some(h) => bench_runner::System::Shared(h),
+        None => bench_runner::System::None,
+    };
     let mut sent = 0;
     for turn in &sess.turns {
         for m in &turn.input_delta {
             conv.comma();
             conv.push_msg(m);
         }
-        let body = cfg.body_segments(head, &conv, turn.max_output_tokens);
+        let body = cfg.body_segments(head, &conv, turn.max_output_tokens, None);
         sent += body.len();
         black_box(body);
         conv.comma();

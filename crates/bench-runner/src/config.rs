@@ -88,6 +88,37 @@ impl ToolWaits {
     }
 }
 
+/// Where a multi-turn Responses conversation is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponsesState {
+    /// Every request resends the conversation as `input` items.
+    #[default]
+    Client,
+    /// Later turns send only their new input with `previous_response_id`: the server keeps the
+    /// conversation, so what joins it is what the model generated (as [`ContentMode::Model`]).
+    /// A turn after a failed one resends the whole conversation.
+    Server,
+}
+
+/// The inside of a JSON string literal (its quotes removed).
+fn inner(lit: &str) -> &str {
+    lit.strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'))
+        .unwrap_or(lit)
+}
+
+/// The system prompt a body starts with.
+#[derive(Debug, Clone, Copy)]
+pub enum System<'a> {
+    /// None.
+    None,
+    /// The plan's shared system message (long ones are sent from the plan's copy).
+    Shared(&'a bench_workload::plan::PlannedMessage),
+    /// A session's own system text, as a JSON string literal (quotes included).
+    Own(&'a str),
+}
+
 /// How sessions arrive in an open-loop run.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -172,6 +203,13 @@ pub struct RunConfig {
     pub response: ResponseMode,
     /// Send `return_cached_tokens_details: true` (SGLang: the device/host split of cache hits).
     pub return_cached_tokens_details: bool,
+    /// The API every turn calls (chat completions by default).
+    pub endpoint: bench_transport::Endpoint,
+    /// Responses API: resend the conversation, or chain `previous_response_id`.
+    pub responses_state: ResponsesState,
+    /// Headers the endpoint needs on every request (Messages: `anthropic-version`, `x-api-key`).
+    #[serde(skip)]
+    pub endpoint_headers: Vec<(HeaderName, HeaderValue)>,
     /// JSON fields merged into every body last (a `null` removes a field).
     pub extra_body: serde_json::Map<String, serde_json::Value>,
     /// Header carrying a stable per-session routing key, if any.
@@ -209,6 +247,9 @@ impl RunConfig {
             content_mode: ContentMode::Trace,
             response: ResponseMode::Stream,
             return_cached_tokens_details: false,
+            endpoint: bench_transport::Endpoint::Chat,
+            responses_state: ResponsesState::Client,
+            endpoint_headers: Vec::new(),
             extra_body: serde_json::Map::new(),
             routing_header: None,
             worker_header: None,
@@ -216,8 +257,9 @@ impl RunConfig {
         }
     }
 
-    /// The request body: a concatenation of constant pieces and the conversation so far
-    /// (`messages` is the comma-separated message objects, already JSON).
+    /// The chat-completions request body (for [`bench_transport::Endpoint::Chat`]; other
+    /// endpoints: [`RunConfig::body_segments`]): a concatenation of constant pieces and the
+    /// conversation so far (`messages` is the comma-separated message objects, already JSON).
     pub fn body(&self, messages: &str, max_output_tokens: u32) -> String {
         self.body_with_head(None, messages, max_output_tokens)
     }
@@ -245,29 +287,111 @@ impl RunConfig {
         b
     }
 
-    /// The same body as [`RunConfig::body_with_head`], as pieces sent without being joined:
-    /// the conversation's own pieces ([`crate::Conversation`]) and a long shared `head` are
-    /// not copied.
+    /// The body of [`RunConfig::endpoint`] as pieces sent without being joined: the
+    /// conversation's own pieces ([`crate::Conversation`], written with
+    /// [`RunConfig::render`]) and a long shared system prompt are not copied.
+    /// `previous_response_id` (Responses, server state): `conv` holds only this turn's input,
+    /// and the system prompt is the server's already.
+    ///
+    /// The shapes: chat `{"model","messages":[…],cap,…}`; Responses `{"model",
+    /// ["previous_response_id",] "input":[…],"max_output_tokens",…}`; Messages `{"model",
+    /// "system","messages":[…],"max_tokens",…}`; completions `{"model","prompt":"System: …
+    /// User: … Assistant:","max_tokens",…}`. `ignore_eos`, `stream` and the extra body go into
+    /// every one.
     pub fn body_segments(
         &self,
-        head: Option<&bench_workload::plan::PlannedMessage>,
+        system: System<'_>,
         conv: &crate::Conversation,
         max_output_tokens: u32,
+        previous_response_id: Option<&str>,
     ) -> bench_transport::Segments {
+        use crate::conv::{TEXT_SEP, is_long, shared, shared_inner};
+        use bench_transport::Endpoint;
         let mut parts = Vec::with_capacity(conv.pieces_len() + 5);
         let mut b = String::with_capacity(256);
-        self.open_body(&mut b);
-        if let Some(h) = head {
-            if crate::conv::is_long(h) {
-                b.push_str(h.json_prefix());
-                parts.push(Bytes::from(std::mem::take(&mut b)));
-                parts.push(crate::conv::shared(h));
-                b.push('}');
-            } else {
-                h.write_json(&mut b);
+        b.push('{');
+        self.write_model(&mut b);
+        // A long shared text goes out as its own piece.
+        let piece = |b: &mut String, parts: &mut Vec<Bytes>, p: Bytes| {
+            parts.push(Bytes::from(std::mem::take(b)));
+            parts.push(p);
+        };
+        match self.endpoint {
+            Endpoint::Chat | Endpoint::Responses => {
+                if let (Endpoint::Responses, Some(id)) = (self.endpoint, previous_response_id) {
+                    b.push_str("\"previous_response_id\":");
+                    b.push_str(&serde_json::to_string(id).unwrap_or_default());
+                    b.push(',');
+                }
+                b.push_str(if self.endpoint == Endpoint::Chat {
+                    "\"messages\":["
+                } else {
+                    "\"input\":["
+                });
+                let system = if previous_response_id.is_some() {
+                    System::None
+                } else {
+                    system
+                };
+                match system {
+                    System::None => {}
+                    System::Shared(h) if is_long(h) => {
+                        b.push_str(h.json_prefix());
+                        piece(&mut b, &mut parts, shared(h));
+                        b.push('}');
+                    }
+                    System::Shared(h) => h.write_json(&mut b),
+                    System::Own(lit) => {
+                        b.push_str("{\"role\":\"system\",\"content\":");
+                        b.push_str(lit);
+                        b.push('}');
+                    }
+                }
+                if !matches!(system, System::None) && !conv.is_empty() {
+                    b.push(',');
+                }
             }
-            if !conv.is_empty() {
-                b.push(',');
+            Endpoint::Messages => {
+                match system {
+                    System::None => {}
+                    System::Shared(h) if is_long(h) => {
+                        b.push_str("\"system\":");
+                        piece(&mut b, &mut parts, shared(h));
+                        b.push(',');
+                    }
+                    System::Shared(h) => {
+                        b.push_str("\"system\":");
+                        b.push_str(&h.content_json);
+                        b.push(',');
+                    }
+                    System::Own(lit) => {
+                        b.push_str("\"system\":");
+                        b.push_str(lit);
+                        b.push(',');
+                    }
+                }
+                b.push_str("\"messages\":[");
+            }
+            Endpoint::Completions => {
+                b.push_str("\"prompt\":\"");
+                match system {
+                    System::None => {}
+                    System::Shared(h) if is_long(h) => {
+                        b.push_str("System: ");
+                        piece(&mut b, &mut parts, shared_inner(h));
+                        b.push_str(TEXT_SEP);
+                    }
+                    System::Shared(h) => {
+                        b.push_str("System: ");
+                        b.push_str(inner(&h.content_json));
+                        b.push_str(TEXT_SEP);
+                    }
+                    System::Own(lit) => {
+                        b.push_str("System: ");
+                        b.push_str(inner(lit));
+                        b.push_str(TEXT_SEP);
+                    }
+                }
             }
         }
         parts.push(Bytes::from(b));
@@ -278,23 +402,46 @@ impl RunConfig {
         bench_transport::Segments::new(parts)
     }
 
-    /// `{"model":…,"messages":[`.
-    fn open_body(&self, b: &mut String) {
-        b.push('{');
+    /// `"model":…,` unless the extra body names the model.
+    fn write_model(&self, b: &mut String) {
         if !self.extra_body.contains_key("model") {
             b.push_str("\"model\":");
             b.push_str(&serde_json::to_string(&self.model).unwrap_or_default());
             b.push(',');
         }
+    }
+
+    /// `{"model":…,"messages":[` (chat).
+    fn open_body(&self, b: &mut String) {
+        b.push('{');
+        self.write_model(b);
         b.push_str("\"messages\":[");
     }
 
-    /// `],…}`: the output cap, `ignore_eos`, streaming and the extra body.
+    /// How a conversation is written for [`RunConfig::endpoint`].
+    pub fn render(&self) -> crate::conv::Render {
+        match self.endpoint {
+            bench_transport::Endpoint::Chat | bench_transport::Endpoint::Responses => {
+                crate::conv::Render::Json
+            }
+            bench_transport::Endpoint::Messages => crate::conv::Render::JsonNoSystem,
+            bench_transport::Endpoint::Completions => crate::conv::Render::Text,
+        }
+    }
+
+    /// The end of the conversation, then `,…}`: the output cap, `ignore_eos`, streaming and
+    /// the extra body, as the endpoint names them.
     fn close_body(&self, b: &mut String, max_output_tokens: u32) {
+        use bench_transport::Endpoint;
         let has = |k: &str| self.extra_body.contains_key(k);
-        b.push(']');
-        let cap = self.output_cap_field.key();
         let stream = self.response == ResponseMode::Stream;
+        let (close, cap, stream_options) = match self.endpoint {
+            Endpoint::Chat => ("]", self.output_cap_field.key(), stream),
+            Endpoint::Responses => ("]", "max_output_tokens", false),
+            Endpoint::Messages => ("]", "max_tokens", false),
+            Endpoint::Completions => ("Assistant:\"", "max_tokens", stream),
+        };
+        b.push_str(close);
         if !has(cap) {
             b.push_str(&format!(",\"{cap}\":{max_output_tokens}"));
         }
@@ -308,10 +455,13 @@ impl RunConfig {
                 ",\"stream\":false"
             });
         }
-        if stream && !has("stream_options") {
+        if stream_options && !has("stream_options") {
             b.push_str(",\"stream_options\":{\"include_usage\":true}");
         }
-        if self.return_cached_tokens_details && !has("return_cached_tokens_details") {
+        if self.return_cached_tokens_details
+            && self.endpoint == Endpoint::Chat
+            && !has("return_cached_tokens_details")
+        {
             b.push_str(",\"return_cached_tokens_details\":true");
         }
         for (k, v) in &self.extra_body {
@@ -375,5 +525,123 @@ mod tests {
         c.return_cached_tokens_details = true;
         let v: serde_json::Value = serde_json::from_str(&c.body(msgs, 7)).unwrap();
         assert_eq!(v["return_cached_tokens_details"], true);
+    }
+
+    use bench_transport::Endpoint;
+    use bench_workload::plan::{PlannedMessage, Role};
+
+    fn pm(role: Role, text: &str) -> PlannedMessage {
+        PlannedMessage {
+            role,
+            content_json: std::sync::Arc::from(serde_json::to_string(text).unwrap()),
+            tokens: 1,
+        }
+    }
+
+    /// A conversation of `u1`, `a1`, `u2` (and a system message in the middle, which the
+    /// Messages rendering turns into a user turn) as `c` writes it.
+    fn conv(c: &RunConfig, long: bool) -> crate::Conversation {
+        let mut conv = crate::Conversation::rendered(0, c.render());
+        let u1 = if long {
+            "x".repeat(20_000)
+        } else {
+            "u1".into()
+        };
+        for m in [
+            pm(Role::User, &u1),
+            pm(Role::Assistant, "a1"),
+            pm(Role::System, "note"),
+            pm(Role::User, "u2 \"quoted\"\n"),
+        ] {
+            conv.comma();
+            conv.push_msg(&m);
+        }
+        conv
+    }
+
+    fn body(
+        c: &RunConfig,
+        system: System<'_>,
+        long: bool,
+        prev: Option<&str>,
+    ) -> serde_json::Value {
+        let b = c.body_segments(system, &conv(c, long), 9, prev).to_bytes();
+        serde_json::from_slice(&b)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&b)))
+    }
+
+    #[test]
+    fn every_endpoint_gets_its_own_body_shape() {
+        let sys = pm(Role::System, "Be brief.");
+        for long in [false, true] {
+            let mut c = RunConfig::new("m", 1);
+            let v = body(&c, System::Shared(&sys), long, None);
+            assert_eq!(v["messages"].as_array().unwrap().len(), 5);
+            assert_eq!(v["messages"][0]["content"], "Be brief.");
+            assert_eq!(v["max_completion_tokens"], 9);
+
+            c.endpoint = Endpoint::Responses;
+            let v = body(&c, System::Shared(&sys), long, None);
+            assert_eq!(v["input"].as_array().unwrap().len(), 5);
+            assert_eq!(v["input"][0]["role"], "system");
+            assert_eq!(v["max_output_tokens"], 9);
+            assert!(v.get("stream_options").is_none() && v.get("messages").is_none());
+            assert_eq!(
+                (v["stream"].clone(), v["ignore_eos"].clone()),
+                (true.into(), true.into())
+            );
+            // Server state: only this turn's input, after the id; the server has the rest.
+            let v = body(&c, System::Shared(&sys), long, Some("resp_1"));
+            assert_eq!(v["previous_response_id"], "resp_1");
+            assert_eq!(v["input"].as_array().unwrap().len(), 4, "no system item");
+
+            c.endpoint = Endpoint::Messages;
+            let v = body(&c, System::Shared(&sys), long, None);
+            assert_eq!(v["system"], "Be brief.");
+            let roles: Vec<&str> = v["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["role"].as_str().unwrap())
+                .collect();
+            assert_eq!(roles, ["user", "assistant", "user", "user"]);
+            assert_eq!(v["max_tokens"], 9);
+            let v = body(&c, System::Own("\"own [marker]\""), long, None);
+            assert_eq!(v["system"], "own [marker]");
+
+            c.endpoint = Endpoint::Completions;
+            let v = body(&c, System::Shared(&sys), long, None);
+            let u1 = if long {
+                "x".repeat(20_000)
+            } else {
+                "u1".into()
+            };
+            assert_eq!(
+                v["prompt"],
+                format!(
+                    "System: Be brief.\n\nUser: {u1}\n\nAssistant: a1\n\nSystem: note\n\nUser: u2 \"quoted\"\n\n\nAssistant:"
+                )
+            );
+            assert_eq!(v["max_tokens"], 9);
+            assert_eq!(v["stream_options"]["include_usage"], true);
+            let v = body(&c, System::None, long, None);
+            assert!(v["prompt"].as_str().unwrap().starts_with("User: "));
+        }
+    }
+
+    #[test]
+    fn generated_answers_join_in_the_endpoints_rendering() {
+        let mut c = RunConfig::new("m", 1);
+        c.endpoint = Endpoint::Completions;
+        let mut conv = crate::Conversation::rendered(0, c.render());
+        conv.push_msg(&pm(Role::User, "hi"));
+        conv.comma();
+        conv.push_text(Role::Assistant, "\"hello \\\"you\\\"\"");
+        let b = c.body_segments(System::None, &conv, 3, None).to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(
+            v["prompt"],
+            "User: hi\n\nAssistant: hello \"you\"\n\nAssistant:"
+        );
     }
 }

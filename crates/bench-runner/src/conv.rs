@@ -32,21 +32,61 @@ pub(crate) fn shared(m: &PlannedMessage) -> Bytes {
     Bytes::from_owner(ArcStr(m.content_json.clone()))
 }
 
-/// Comma-separated JSON message objects, as pieces.
+/// How messages are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Render {
+    /// Comma-separated JSON message objects (chat `messages`, Responses `input`).
+    #[default]
+    Json,
+    /// The same, a system message written as a user one (Anthropic `messages` hold only user
+    /// and assistant turns; the session's system prompt goes to `system`).
+    JsonNoSystem,
+    /// The inside of one JSON string: `System: …`, `User: …` or `Assistant: …` paragraphs,
+    /// each followed by a blank line (a legacy completions `prompt`).
+    Text,
+}
+
+/// The paragraph label of a message in [`Render::Text`].
+pub(crate) fn text_label(m: &PlannedMessage) -> &'static str {
+    match m.role {
+        bench_workload::plan::Role::System => "System: ",
+        bench_workload::plan::Role::User => "User: ",
+        bench_workload::plan::Role::Assistant => "Assistant: ",
+    }
+}
+
+/// A paragraph's end inside a JSON string: a blank line.
+pub(crate) const TEXT_SEP: &str = "\\n\\n";
+
+/// The plan's text of `m` without its quotes, as a shared piece (no copy).
+pub(crate) fn shared_inner(m: &PlannedMessage) -> Bytes {
+    let b = shared(m);
+    let n = b.len();
+    b.slice(1..n.saturating_sub(1).max(1))
+}
+
+/// The conversation so far, as pieces: see [`Render`] for how messages are written.
 #[derive(Debug, Default)]
 pub struct Conversation {
     frozen: Vec<Bytes>,
     open: String,
     len: usize,
+    render: Render,
 }
 
 impl Conversation {
     /// An empty conversation whose open run has room for `capacity` bytes.
     pub fn with_capacity(capacity: usize) -> Self {
+        Self::rendered(capacity, Render::Json)
+    }
+
+    /// An empty conversation written as `render` says.
+    pub fn rendered(capacity: usize, render: Render) -> Self {
         Conversation {
             frozen: Vec::new(),
             open: String::with_capacity(capacity.min(RUN_MAX + SHARED_MIN)),
             len: 0,
+            render,
         }
     }
 
@@ -67,25 +107,71 @@ impl Conversation {
         self.maybe_freeze();
     }
 
-    /// Appends a `,` between messages when there is something before.
+    /// Appends a `,` between messages when there is something before (not in
+    /// [`Render::Text`], whose paragraphs end with their own separator).
     pub fn comma(&mut self) {
-        if !self.is_empty() {
+        if !self.is_empty() && self.render != Render::Text {
             self.push_str(",");
         }
     }
 
-    /// Appends a message's JSON object; a long one's text is shared, not copied.
+    /// Appends a message; a long one's text is shared, not copied.
     pub fn push_msg(&mut self, m: &PlannedMessage) {
+        let (prefix, suffix) = match self.render {
+            Render::Json => (m.json_prefix(), "}"),
+            Render::JsonNoSystem if m.role == bench_workload::plan::Role::System => {
+                ("{\"role\":\"user\",\"content\":", "}")
+            }
+            Render::JsonNoSystem => (m.json_prefix(), "}"),
+            Render::Text => (text_label(m), TEXT_SEP),
+        };
+        let text = self.render == Render::Text;
+        let mut added = prefix.len() + suffix.len();
+        self.open.push_str(prefix);
         if is_long(m) {
-            self.open.push_str(m.json_prefix());
             self.freeze();
-            self.frozen.push(shared(m));
-            self.open.push('}');
+            let piece = if text { shared_inner(m) } else { shared(m) };
+            added += piece.len();
+            self.frozen.push(piece);
         } else {
-            m.write_json(&mut self.open);
+            let c = &m.content_json;
+            let c = if text {
+                &c[1..c.len().saturating_sub(1).max(1)]
+            } else {
+                &c[..]
+            };
+            self.open.push_str(c);
+            added += c.len();
         }
-        self.len += m.json_len();
+        self.open.push_str(suffix);
+        self.len += added;
         self.maybe_freeze();
+    }
+
+    /// Appends a message of `role` whose text is `content_json` (a JSON string literal, e.g.
+    /// what the server generated), written as [`Render`] says.
+    pub fn push_text(&mut self, role: bench_workload::plan::Role, content_json: &str) {
+        let m = PlannedMessage {
+            role,
+            content_json: std::sync::Arc::from(content_json),
+            tokens: 0,
+        };
+        // Short or long, the text is copied once here (it is not the plan's).
+        let (prefix, suffix) = match (self.render, role) {
+            (Render::Text, _) => (text_label(&m), TEXT_SEP),
+            (Render::JsonNoSystem, bench_workload::plan::Role::System) => {
+                ("{\"role\":\"user\",\"content\":", "}")
+            }
+            _ => (m.json_prefix(), "}"),
+        };
+        let c = if self.render == Render::Text {
+            &content_json[1..content_json.len().saturating_sub(1).max(1)]
+        } else {
+            content_json
+        };
+        self.push_str(prefix);
+        self.push_str(c);
+        self.push_str(suffix);
     }
 
     fn freeze(&mut self) {

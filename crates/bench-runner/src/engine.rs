@@ -568,7 +568,7 @@ async fn play_session<T: Transport>(
                     + 1
             })
             .sum::<usize>();
-    let mut messages = Conversation::with_capacity(full);
+    let mut messages = Conversation::rendered(full, cfg.render());
     let marker = match (cfg.cache_bust, ph.warmup) {
         (true, true) => Some(format!("[bench warmup {}]", sess.id)),
         (true, false) if replay > 0 => Some(format!("[bench replay {}#{replay}]", sess.id)),
@@ -577,23 +577,27 @@ async fn play_session<T: Transport>(
     let mut extra_tokens = 0u64;
     // The shared system prompt stays shared: the body writes it before the session's own
     // messages (only a marked replay or warmup gets a copy of its own, with the marker).
-    let mut head = None;
-    match (&sess.system, &marker) {
+    let own_system = match (&sess.system, &marker) {
         (Some(sys), Some(m)) => {
-            messages.push_str(sys.json_prefix());
-            messages.push_str(&splice_marker(&sys.content_json, &format!("\n{m}")));
-            messages.push_str("}");
             extra_tokens += (m.len() as u64).div_ceil(4);
+            Some(splice_marker(&sys.content_json, &format!("\n{m}")))
         }
-        (Some(sys), None) => head = Some(&**sys),
         (None, Some(m)) => {
-            messages.push_str("{\"role\":\"system\",\"content\":");
-            messages.push_str(&serde_json::to_string(m).unwrap_or_default());
-            messages.push_str("}");
             extra_tokens += (m.len() as u64).div_ceil(4) + 5;
+            Some(serde_json::to_string(m).unwrap_or_default())
         }
-        (None, None) => {}
-    }
+        _ => None,
+    };
+    let system = match (&own_system, &sess.system) {
+        (Some(own), _) => crate::config::System::Own(own),
+        (None, Some(sys)) => crate::config::System::Shared(sys),
+        (None, None) => crate::config::System::None,
+    };
+    // Responses with server-side state: the id the next turn continues, when the last turn
+    // gave one.
+    let server_state = cfg.endpoint == bench_transport::Endpoint::Responses
+        && cfg.responses_state == crate::config::ResponsesState::Server;
+    let mut previous_response_id: Option<String> = None;
     let mut status = SessionStatus::Completed;
     let mut played = 0u32;
     let mut output_tokens = 0u64;
@@ -648,7 +652,17 @@ async fn play_session<T: Transport>(
             messages.comma();
             messages.push_msg(m);
         }
-        let body = cfg.body_segments(head, &messages, turn.max_output_tokens);
+        let body = match previous_response_id.as_deref().filter(|_| server_state) {
+            Some(id) => {
+                let mut delta = Conversation::rendered(0, cfg.render());
+                for m in &turn.input_delta {
+                    delta.comma();
+                    delta.push_msg(m);
+                }
+                cfg.body_segments(system, &delta, turn.max_output_tokens, Some(id))
+            }
+            None => cfg.body_segments(system, &messages, turn.max_output_tokens, None),
+        };
         // Per-request timeout: the tighter of the turn timeout and what is left of the fuse.
         let mut timeout = cfg.turn_timeout;
         if let Some(f) = sh.fuse {
@@ -658,9 +672,10 @@ async fn play_session<T: Transport>(
             timeout: Some(timeout.max(Duration::from_millis(1))),
             headers: cfg.headers_for(&sess.id),
             worker_header: cfg.worker_header.clone(),
-            // Replays build chat-completions bodies (other APIs: `bench probe --endpoint`).
-            endpoint: bench_transport::Endpoint::Chat,
+            endpoint: cfg.endpoint,
         };
+        let mut opts = opts;
+        opts.headers.extend(cfg.endpoint_headers.iter().cloned());
         let active = ph.active.load(Ordering::SeqCst);
         let sent = Instant::now();
         sh.emit(RunEvent::TurnSent {
@@ -687,12 +702,16 @@ async fn play_session<T: Transport>(
             any_failed = true;
         }
         // The answer joins the context: recorded text (trace mode) or what the server said.
+        if server_state {
+            previous_response_id = result.as_ref().ok().and_then(|o| o.response_id.clone());
+        }
         messages.comma();
         match (cfg.content_mode, &result) {
             (ContentMode::Model, Ok(o)) => {
-                messages.push_str("{\"role\":\"assistant\",\"content\":");
-                messages.push_str(&serde_json::to_string(&o.content).unwrap_or_default());
-                messages.push_str("}");
+                messages.push_text(
+                    bench_workload::plan::Role::Assistant,
+                    &serde_json::to_string(&o.content).unwrap_or_default(),
+                );
                 est_shift +=
                     rec.output_tokens.unwrap_or(0) as i64 - i64::from(turn.assistant.tokens);
             }

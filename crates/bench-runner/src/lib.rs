@@ -41,8 +41,9 @@ pub mod engine;
 pub mod observer;
 
 pub use config::{
-    Arrival, ArrivalProcess, ContentMode, OutputCapField, ResponseMode, RunConfig, ToolWaits,
+    Arrival, ArrivalProcess, ContentMode, OutputCapField, ResponseMode, ResponsesState, RunConfig,
+    System, ToolWaits,
 };
-pub use conv::Conversation;
+pub use conv::{Conversation, Render};
 pub use engine::{CancelToken, RunOutcome, StopReason, Transport, WARMUP_TURNS, run};
 pub use observer::{Observer, Phase, RunEvent};

@@ -37,6 +37,8 @@ struct Event<'a> {
 #[derive(Deserialize, Default)]
 struct Response<'a> {
     #[serde(borrow, default)]
+    id: Option<Str<'a>>,
+    #[serde(borrow, default)]
     status: Option<Str<'a>>,
     #[serde(default)]
     usage: Option<UsageWire>,
@@ -143,6 +145,9 @@ impl Accum {
     /// Takes a response object's usage and finish reason; `status` is the one to assume when
     /// the object gives none (from the terminal event's type).
     fn response_end(&mut self, r: &Response<'_>, status: Option<&str>) -> Result<(), Error> {
+        if let Some(id) = r.id.as_deref() {
+            self.response_id = Some(id.to_owned());
+        }
         if let Some(u) = &r.usage {
             self.usage = Some(u.usage());
         }

@@ -91,6 +91,8 @@ pub struct TurnOutcome {
     /// TLS handshake time of the new connection the request went out on, measured by the
     /// client. `None` on a reused connection or plain HTTP (and always from the consumer).
     pub tls: Option<Duration>,
+    /// Responses: the id of the response (what a next turn's `previous_response_id` names).
+    pub response_id: Option<String>,
 }
 
 impl TurnOutcome {
@@ -191,6 +193,8 @@ pub(crate) struct Accum {
     events: u32,
     /// Messages: the usage counters seen so far (they come in two events).
     pub(crate) message_usage: crate::messages::UsageParts,
+    /// Responses: the response's id.
+    pub(crate) response_id: Option<String>,
 }
 
 /// Whether an event's data is `[DONE]` (surrounding whitespace allowed): the same as
@@ -416,6 +420,7 @@ impl ChatStreamConsumer {
             worker: None,
             connect: None,
             tls: None,
+            response_id: s.response_id,
         })
     }
 }

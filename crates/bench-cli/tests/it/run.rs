@@ -396,6 +396,44 @@ fn bad_burstiness_is_a_usage_error() {
 }
 
 #[test]
+fn bad_arrival_and_endpoint_combinations_are_usage_errors() {
+    for (args, want) in [
+        (
+            &["--arrival", "trace", "--rate", "5"][..],
+            "--rate does not apply",
+        ),
+        (
+            &["--time-scale", "0.5"][..],
+            "--time-scale needs --arrival trace",
+        ),
+        (&["--arrival", "constant"][..], "--arrival needs --rate"),
+        (
+            &["--arrival", "trace", "--time-scale", "0"][..],
+            "time_scale must be a positive",
+        ),
+        (
+            &["--arrival", "trace"][..],
+            "has no recorded time (timestamp_ms)",
+        ),
+        (
+            &["--responses-state", "server"][..],
+            "needs the responses endpoint",
+        ),
+        (
+            &["--endpoint", "chats"][..],
+            "chat, responses, messages, completions",
+        ),
+    ] {
+        let mut all = vec!["run", "--dataset", "random", "--tokenizer", "none"];
+        all.extend_from_slice(args);
+        let out = run(&all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn output_appends_a_line_per_run_and_csv_has_a_row_per_turn() {
     let _serial = serial();
     let dir = tempdir("run-exports");

@@ -398,3 +398,76 @@ async fn over_tls_handshakes_are_recorded_and_tls_failures_are_per_turn() {
     expired.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Every endpoint replays the same sessions against the simulator: every turn ok, the prefix
+/// cache hit on later turns, the same cache ratio whatever the API; and Responses with the
+/// server keeping the conversation (`previous_response_id`) sees exactly the prompts of the
+/// client resending what the model generated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_replays_and_server_state_matches_client_state() {
+    use bench_runner::{ContentMode, ResponsesState};
+    use bench_transport::Endpoint;
+    async fn play(
+        endpoint: Endpoint,
+        state: ResponsesState,
+        content: ContentMode,
+    ) -> Vec<TurnRecord> {
+        let s = sim(LatencyMode::Instant).await;
+        let mut cfg = RunConfig::new("bench-sim", 1);
+        cfg.endpoint = endpoint;
+        cfg.responses_state = state;
+        cfg.content_mode = content;
+        let out = run(
+            synthetic(2, 3, GapPolicy::Zero),
+            client(&s.base_url()),
+            cfg,
+            vec![],
+            CancelToken::new(),
+        )
+        .await;
+        s.shutdown().await;
+        let mut t = out.turns;
+        t.sort_by(|a, b| (&a.session_id, a.turn_index).cmp(&(&b.session_id, b.turn_index)));
+        t
+    }
+    let mut ratios = Vec::new();
+    for e in Endpoint::ALL {
+        let t = play(e, ResponsesState::Client, ContentMode::Trace).await;
+        assert_eq!(t.len(), 6, "{e}");
+        assert!(
+            t.iter().all(|r| r.status == TurnStatus::Ok),
+            "{e}: {:?}",
+            t[0]
+        );
+        assert!(t.iter().all(|r| r.output_tokens == Some(8)), "{e}");
+        for r in t.iter().filter(|r| r.turn_index > 0) {
+            assert!(r.cached_tokens.unwrap() > 0, "{e}: {r:?}");
+        }
+        let cached: u64 = t.iter().filter_map(|r| r.cached_tokens).sum();
+        let input: u64 = t.iter().filter_map(|r| r.input_tokens).sum();
+        ratios.push((e, cached as f64 / input as f64));
+    }
+    // Chat, Responses and Messages send the same conversation: the same cache behaviour.
+    assert_eq!(ratios[0].1, ratios[1].1, "{ratios:?}");
+    assert_eq!(ratios[0].1, ratios[2].1, "{ratios:?}");
+
+    let server = play(
+        Endpoint::Responses,
+        ResponsesState::Server,
+        ContentMode::Trace,
+    )
+    .await;
+    let client = play(
+        Endpoint::Responses,
+        ResponsesState::Client,
+        ContentMode::Model,
+    )
+    .await;
+    assert!(server.iter().all(|r| r.status == TurnStatus::Ok));
+    let key = |t: &[TurnRecord]| -> Vec<(u32, Option<u64>, Option<u64>)> {
+        t.iter()
+            .map(|r| (r.turn_index, r.input_tokens, r.cached_tokens))
+            .collect()
+    };
+    assert_eq!(key(&server), key(&client));
+}

@@ -206,6 +206,7 @@ impl Fake {
                     worker: None,
                     connect: None,
                     tls: None,
+                    response_id: None,
                 })
             }
         };
