@@ -272,3 +272,32 @@ fn bad_tls_files_fail_when_the_client_is_built() {
     .unwrap_err();
     assert!(e.to_string().contains("--client-key"), "{e}");
 }
+
+#[tokio::test]
+async fn every_endpoint_streams_over_tls() {
+    let pki = Pki::new("endpoints");
+    let sim = SimServer::start(SimConfig {
+        mode: LatencyMode::Instant,
+        reasoning_tokens: 2,
+        tls: Some(Arc::new(pki.ca.loopback_server().unwrap())),
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let c = client(sim.base_url(), trusting(&pki)).unwrap();
+    for endpoint in bench_transport::Endpoint::ALL {
+        let opts = RequestOptions {
+            endpoint,
+            ..RequestOptions::default()
+        };
+        let body = request().to_endpoint_body(endpoint).unwrap();
+        let t = c.chat_body(body, true, &opts).await.unwrap();
+        assert_eq!(t.completion_tokens(), Some(8), "{endpoint}");
+        assert_eq!(t.chunk_offsets.len(), 8, "{endpoint}");
+        if endpoint != bench_transport::Endpoint::Completions {
+            assert_eq!(t.reasoning_chunks, 2, "{endpoint}");
+        }
+    }
+    assert_eq!(c.connections_opened(), 1, "one TLS connection carried them all");
+    sim.shutdown().await;
+}
