@@ -305,6 +305,9 @@ pub struct EmbeddedSimArgs {
     /// Multiply every simulated delay.
     #[arg(long, default_value_t = 1.0)]
     pub sim_time_scale: f64,
+    /// The first N output tokens of every answer are reasoning (TTFA then trails TTFT).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub sim_reasoning_tokens: u32,
 }
 
 impl EmbeddedSimArgs {
@@ -327,7 +330,7 @@ impl EmbeddedSimArgs {
             seed: 0,
             default_max_tokens: d.default_max_tokens,
             tokenizer: None,
-            reasoning_tokens: 0,
+            reasoning_tokens: self.sim_reasoning_tokens,
         }
     }
 }

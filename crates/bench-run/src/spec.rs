@@ -97,6 +97,13 @@ pub struct EmbeddedSim {
     pub max_num_seqs: usize,
     /// Multiplies every simulated delay.
     pub time_scale: f64,
+    /// The first N output tokens of every answer are reasoning (0: none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Default for EmbeddedSim {
@@ -108,6 +115,7 @@ impl Default for EmbeddedSim {
             kv_capacity_tokens: d.kv_capacity_tokens,
             max_num_seqs: d.max_num_seqs,
             time_scale: 1.0,
+            reasoning_tokens: 0,
         }
     }
 }
@@ -145,6 +153,7 @@ impl EmbeddedSim {
             kv_capacity_tokens: c.kv_capacity_tokens,
             max_num_seqs: c.max_num_seqs,
             time_scale: c.time_scale,
+            reasoning_tokens: c.reasoning_tokens,
         }
     }
 
@@ -162,6 +171,7 @@ impl EmbeddedSim {
             kv_capacity_tokens: self.kv_capacity_tokens,
             max_num_seqs: self.max_num_seqs,
             time_scale: self.time_scale,
+            reasoning_tokens: self.reasoning_tokens,
             ..SimConfig::default()
         }
     }

@@ -298,6 +298,10 @@ async fn every_endpoint_streams_over_tls() {
             assert_eq!(t.reasoning_chunks, 2, "{endpoint}");
         }
     }
-    assert_eq!(c.connections_opened(), 1, "one TLS connection carried them all");
+    assert_eq!(
+        c.connections_opened(),
+        1,
+        "one TLS connection carried them all"
+    );
     sim.shutdown().await;
 }
