@@ -15,6 +15,15 @@ use crate::{CliError, out};
 
 /// Dataset selection and shaping flags (shared by `bench plan` and `bench run`; recorded in a
 /// run's `run.json` for `--resume`).
+/// `--tool-messages`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ToolMessagesArg {
+    /// Tool results as user text; tool calls dropped.
+    Coerce,
+    /// Tool calls and results as recorded.
+    Faithful,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
     /// Sessions: `sample` (the bundled sample), `random` (synthetic, see --turns ...), or a
@@ -73,6 +82,12 @@ pub struct PlanArgs {
     /// Count and skip invalid trace records instead of stopping at the first.
     #[arg(long)]
     pub skip_invalid: bool,
+    /// How the trace's tool calls and results are sent: coerce (results as user text, calls
+    /// dropped: every chat template accepts it) or faithful (assistant `tool_calls` with their
+    /// ids, results as `role: tool` with `tool_call_id`, and the recorded `tools`
+    /// definitions: what the agent sent; chat endpoint only).
+    #[arg(long, value_enum, default_value_t = ToolMessagesArg::Coerce)]
+    pub tool_messages: ToolMessagesArg,
     /// Synthetic: turns per session.
     #[arg(long, default_value_t = SyntheticSpec::default().turns, help_heading = "Synthetic workload (--dataset random)")]
     pub turns: u32,
@@ -150,6 +165,10 @@ impl PlanArgs {
         cfg.gap_cap_ms = self.gap_cap_ms;
         cfg.raw_gaps = self.raw_gaps;
         cfg.skip_invalid = self.skip_invalid;
+        cfg.tool_messages = match self.tool_messages {
+            ToolMessagesArg::Coerce => bench_workload::plan::ToolMessages::Coerce,
+            ToolMessagesArg::Faithful => bench_workload::plan::ToolMessages::Faithful,
+        };
         cfg.validate().map_err(plan_error)?;
         Ok(cfg)
     }

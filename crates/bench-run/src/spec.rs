@@ -522,6 +522,13 @@ impl RunSpec {
             std::env::var("ANTHROPIC_API_KEY").ok(),
         )
         .map_err(|e| invalid(e.detail().to_owned()))?;
+        if self.plan.tool_messages == bench_workload::plan::ToolMessages::Faithful
+            && self.request.endpoint != bench_transport::Endpoint::Chat
+        {
+            return Err(invalid(
+                "tool_messages faithful sends chat tool calls: it needs the chat endpoint",
+            ));
+        }
         if self.request.responses_state == bench_runner::ResponsesState::Server
             && self.request.endpoint != bench_transport::Endpoint::Responses
         {

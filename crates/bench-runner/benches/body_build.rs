@@ -98,7 +98,7 @@ fn play_segments(cfg: &RunConfig, sess: &PlannedSession) -> u64 {
             conv.comma();
             conv.push_msg(m);
         }
-        let body = cfg.body_segments(head, &conv, turn.max_output_tokens, None);
+        let body = cfg.body_segments(head, &conv, turn.max_output_tokens, None, None);
         sent += body.len();
         black_box(body);
         conv.comma();

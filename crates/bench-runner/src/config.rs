@@ -291,7 +291,8 @@ impl RunConfig {
     /// conversation's own pieces ([`crate::Conversation`], written with
     /// [`RunConfig::render`]) and a long shared system prompt are not copied.
     /// `previous_response_id` (Responses, server state): `conv` holds only this turn's input,
-    /// and the system prompt is the server's already.
+    /// and the system prompt is the server's already. `tools`: the session's recorded tool
+    /// definitions (JSON), sent as chat's `tools` (faithful tool messages).
     ///
     /// The shapes: chat `{"model","messages":[…],cap,…}`; Responses `{"model",
     /// ["previous_response_id",] "input":[…],"max_output_tokens",…}`; Messages `{"model",
@@ -304,6 +305,7 @@ impl RunConfig {
         conv: &crate::Conversation,
         max_output_tokens: u32,
         previous_response_id: Option<&str>,
+        tools: Option<&str>,
     ) -> bench_transport::Segments {
         use crate::conv::{TEXT_SEP, is_long, shared, shared_inner};
         use bench_transport::Endpoint;
@@ -398,6 +400,15 @@ impl RunConfig {
         conv.pieces(&mut parts);
         let mut b = String::with_capacity(192);
         self.close_body(&mut b, max_output_tokens);
+        if let (Some(t), Endpoint::Chat) = (tools, self.endpoint) {
+            if !self.extra_body.contains_key("tools") {
+                // Before the closing brace.
+                b.pop();
+                b.push_str(",\"tools\":");
+                b.push_str(t);
+                b.push('}');
+            }
+        }
         parts.push(Bytes::from(b));
         bench_transport::Segments::new(parts)
     }
@@ -535,6 +546,7 @@ mod tests {
             role,
             content_json: std::sync::Arc::from(serde_json::to_string(text).unwrap()),
             tokens: 1,
+            extra_json: None,
         }
     }
 
@@ -565,7 +577,9 @@ mod tests {
         long: bool,
         prev: Option<&str>,
     ) -> serde_json::Value {
-        let b = c.body_segments(system, &conv(c, long), 9, prev).to_bytes();
+        let b = c
+            .body_segments(system, &conv(c, long), 9, prev, None)
+            .to_bytes();
         serde_json::from_slice(&b)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&b)))
     }
@@ -630,6 +644,37 @@ mod tests {
     }
 
     #[test]
+    fn faithful_tool_messages_and_tools_reach_the_chat_body() {
+        let c = RunConfig::new("m", 1);
+        let mut conv = crate::Conversation::rendered(0, c.render());
+        let mut call = pm(Role::Assistant, "");
+        call.extra_json = Some(std::sync::Arc::from(
+            r#","tool_calls":[{"id":"c1","type":"function","function":{"name":"ls","arguments":"{}"}}]"#,
+        ));
+        let mut result = pm(Role::Tool, &"x".repeat(20_000));
+        result.extra_json = Some(std::sync::Arc::from(r#","tool_call_id":"c1""#));
+        for m in [pm(Role::User, "list"), call, result] {
+            conv.comma();
+            conv.push_msg(&m);
+        }
+        let tools = r#"[{"type":"function","function":{"name":"ls"}}]"#;
+        let b = c
+            .body_segments(System::None, &conv, 4, None, Some(tools))
+            .to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v["messages"][1]["tool_calls"][0]["id"], "c1");
+        assert_eq!(v["messages"][2]["role"], "tool");
+        assert_eq!(v["messages"][2]["tool_call_id"], "c1");
+        assert_eq!(v["tools"][0]["function"]["name"], "ls");
+        assert_eq!(v["max_completion_tokens"], 4);
+        assert_eq!(
+            conv.len(),
+            conv.to_string_lossy().len(),
+            "length accounting"
+        );
+    }
+
+    #[test]
     fn generated_answers_join_in_the_endpoints_rendering() {
         let mut c = RunConfig::new("m", 1);
         c.endpoint = Endpoint::Completions;
@@ -637,7 +682,9 @@ mod tests {
         conv.push_msg(&pm(Role::User, "hi"));
         conv.comma();
         conv.push_text(Role::Assistant, "\"hello \\\"you\\\"\"");
-        let b = c.body_segments(System::None, &conv, 3, None).to_bytes();
+        let b = c
+            .body_segments(System::None, &conv, 3, None, None)
+            .to_bytes();
         let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(
             v["prompt"],

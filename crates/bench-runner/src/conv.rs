@@ -52,6 +52,7 @@ pub(crate) fn text_label(m: &PlannedMessage) -> &'static str {
         bench_workload::plan::Role::System => "System: ",
         bench_workload::plan::Role::User => "User: ",
         bench_workload::plan::Role::Assistant => "Assistant: ",
+        bench_workload::plan::Role::Tool => "Tool: ",
     }
 }
 
@@ -119,7 +120,12 @@ impl Conversation {
     pub fn push_msg(&mut self, m: &PlannedMessage) {
         let (prefix, suffix) = match self.render {
             Render::Json => (m.json_prefix(), "}"),
-            Render::JsonNoSystem if m.role == bench_workload::plan::Role::System => {
+            Render::JsonNoSystem
+                if matches!(
+                    m.role,
+                    bench_workload::plan::Role::System | bench_workload::plan::Role::Tool
+                ) =>
+            {
                 ("{\"role\":\"user\",\"content\":", "}")
             }
             Render::JsonNoSystem => (m.json_prefix(), "}"),
@@ -143,6 +149,11 @@ impl Conversation {
             self.open.push_str(c);
             added += c.len();
         }
+        if !text {
+            // Tool calls or a tool result's id (faithful tool messages).
+            self.open.push_str(m.json_extra());
+            added += m.json_extra().len();
+        }
         self.open.push_str(suffix);
         self.len += added;
         self.maybe_freeze();
@@ -155,6 +166,7 @@ impl Conversation {
             role,
             content_json: std::sync::Arc::from(content_json),
             tokens: 0,
+            extra_json: None,
         };
         // Short or long, the text is copied once here (it is not the plan's).
         let (prefix, suffix) = match (self.render, role) {
@@ -222,6 +234,7 @@ mod tests {
             role,
             content_json: serde_json::to_string(text).unwrap().into(),
             tokens: 0,
+            extra_json: None,
         }
     }
 

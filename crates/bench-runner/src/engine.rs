@@ -659,9 +659,21 @@ async fn play_session<T: Transport>(
                     delta.comma();
                     delta.push_msg(m);
                 }
-                cfg.body_segments(system, &delta, turn.max_output_tokens, Some(id))
+                cfg.body_segments(
+                    system,
+                    &delta,
+                    turn.max_output_tokens,
+                    Some(id),
+                    sess.tools.as_deref(),
+                )
             }
-            None => cfg.body_segments(system, &messages, turn.max_output_tokens, None),
+            None => cfg.body_segments(
+                system,
+                &messages,
+                turn.max_output_tokens,
+                None,
+                sess.tools.as_deref(),
+            ),
         };
         // Per-request timeout: the tighter of the turn timeout and what is left of the fuse.
         let mut timeout = cfg.turn_timeout;

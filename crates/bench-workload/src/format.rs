@@ -42,13 +42,16 @@ pub struct Source {
 }
 
 /// One chat message as recorded. Roles other than system/user/assistant (e.g. `tool`) are kept
-/// here and coerced when a request is built.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// here and coerced when a request is built (unless `--tool-messages faithful`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     /// The recorded role.
     pub role: String,
     /// The text.
     pub content: String,
+    /// A tool result's `tool_call_id`: the id of the assistant's call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 /// One recorded turn (one LLM call).
@@ -113,6 +116,9 @@ pub struct SessionRecord {
     /// The turns, in order.
     #[serde(default)]
     pub turns: Vec<TurnRecord>,
+    /// The tool definitions the agent sent (OpenAI `tools`), when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<serde_json::Value>,
 }
 
 impl SessionRecord {

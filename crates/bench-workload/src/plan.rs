@@ -225,9 +225,32 @@ pub struct PlanConfig {
     pub raw_gaps: bool,
     /// Skip invalid trace records instead of failing.
     pub skip_invalid: bool,
+    /// How recorded tool calls and tool results are sent.
+    #[serde(skip_serializing_if = "ToolMessages::is_coerce")]
+    pub tool_messages: ToolMessages,
     /// Called as planning advances (long plans take a while with a real tokenizer).
     #[serde(skip)]
     pub progress: Option<ProgressFn>,
+}
+
+/// How a trace's tool calls and tool results reach the server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolMessages {
+    /// As text: tool results are user messages, assistant tool calls are dropped (the answer's
+    /// text stays). Every chat template accepts it.
+    #[default]
+    Coerce,
+    /// As recorded: assistant messages carry their `tool_calls` (with ids), tool results are
+    /// `role: tool` with their `tool_call_id`, and the session's `tools` definitions go with
+    /// every request, so the chat template and the prefix cache see what the agent sent.
+    Faithful,
+}
+
+impl ToolMessages {
+    fn is_coerce(&self) -> bool {
+        *self == ToolMessages::Coerce
+    }
 }
 
 impl Default for PlanConfig {
@@ -332,6 +355,7 @@ impl PlanConfig {
             gap_cap_ms: 30_000.0,
             raw_gaps: false,
             skip_invalid: false,
+            tool_messages: ToolMessages::Coerce,
             progress: None,
         }
     }
@@ -437,14 +461,17 @@ pub enum Role {
     User,
     /// Assistant.
     Assistant,
+    /// A tool result, sent as recorded (`ToolMessages::Faithful` only).
+    Tool,
 }
 
 impl Role {
-    fn coerce(recorded: &str) -> (Role, bool) {
+    fn coerce(recorded: &str, tools: ToolMessages) -> (Role, bool) {
         match recorded {
             "system" => (Role::System, false),
             "user" => (Role::User, false),
             "assistant" => (Role::Assistant, false),
+            "tool" if tools == ToolMessages::Faithful => (Role::Tool, false),
             _ => (Role::User, true),
         }
     }
@@ -455,6 +482,7 @@ impl Role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
 }
@@ -473,6 +501,9 @@ pub struct PlannedMessage {
     pub content_json: Arc<str>,
     /// Tokens of the text under the plan's counter.
     pub tokens: u32,
+    /// More members written after `content` (`,"tool_calls":[…]` or `,"tool_call_id":"…"`:
+    /// `ToolMessages::Faithful`), already JSON.
+    pub extra_json: Option<Arc<str>>,
 }
 
 impl PlannedMessage {
@@ -482,18 +513,25 @@ impl PlannedMessage {
             Role::System => "{\"role\":\"system\",\"content\":",
             Role::User => "{\"role\":\"user\",\"content\":",
             Role::Assistant => "{\"role\":\"assistant\",\"content\":",
+            Role::Tool => "{\"role\":\"tool\",\"content\":",
         }
+    }
+
+    /// What follows the content: the extra members, if any.
+    pub fn json_extra(&self) -> &str {
+        self.extra_json.as_deref().unwrap_or("")
     }
 
     /// The length in bytes of the message's JSON object (what [`Self::write_json`] appends).
     pub fn json_len(&self) -> usize {
-        self.json_prefix().len() + self.content_json.len() + 1
+        self.json_prefix().len() + self.content_json.len() + self.json_extra().len() + 1
     }
 
     /// Appends the message's JSON object to `out`.
     pub fn write_json(&self, out: &mut String) {
         out.push_str(self.json_prefix());
         out.push_str(&self.content_json);
+        out.push_str(self.json_extra());
         out.push('}');
     }
 
@@ -552,6 +590,9 @@ pub struct PlannedSession {
     pub peak_context: u64,
     /// Recording model (for reports).
     pub model: Option<String>,
+    /// The recorded `tools` definitions as JSON (`ToolMessages::Faithful` only), sent with
+    /// every request of the session.
+    pub tools: Option<Arc<str>>,
 }
 
 /// The shared system prompt.
@@ -802,6 +843,7 @@ impl Interner {
 struct Candidate {
     id: Arc<str>,
     model: Option<String>,
+    tools: Option<Arc<str>>,
     /// Its gaps are already pure tool waits (synthetic sessions).
     synthetic_gaps: bool,
     system: Option<u32>,
@@ -809,8 +851,10 @@ struct Candidate {
 }
 
 struct CandTurn {
-    delta: Vec<(Role, u32)>,
+    /// Role, text id, and (faithful tool messages) the members after the content.
+    delta: Vec<(Role, u32, Option<Arc<str>>)>,
     answer: u32,
+    answer_extra: Option<Arc<str>>,
     rec: TurnRecord,
 }
 
@@ -971,6 +1015,7 @@ fn synthetic_sessions(
                         vec![crate::format::Message {
                             role: "user".into(),
                             content: user,
+                            tool_call_id: None,
                         }],
                         answer,
                     );
@@ -991,6 +1036,7 @@ fn synthetic_sessions(
                 }),
                 system_prompt: None,
                 turns,
+                tools: None,
             }
         })
         .collect()
@@ -1056,17 +1102,33 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                         .input_delta
                         .iter()
                         .map(|m| {
-                            let (role, coerced) = Role::coerce(&m.role);
+                            let (role, coerced) = Role::coerce(&m.role, cfg.tool_messages);
                             summary.coerced_roles += u64::from(coerced);
-                            (role, interner.id(&m.content))
+                            let extra = match (role, &m.tool_call_id) {
+                                (Role::Tool, Some(id)) => Some(Arc::from(format!(
+                                    ",\"tool_call_id\":{}",
+                                    json_literal(id)
+                                ))),
+                                _ => None,
+                            };
+                            (role, interner.id(&m.content), extra)
                         })
                         .collect();
                     let answer = interner.id(&t.assistant_text);
+                    let answer_extra = match (&t.tool_calls, cfg.tool_messages) {
+                        (Some(calls @ serde_json::Value::Array(a)), ToolMessages::Faithful)
+                            if !a.is_empty() =>
+                        {
+                            Some(Arc::from(format!(",\"tool_calls\":{calls}")))
+                        }
+                        _ => None,
+                    };
                     t.input_delta = Vec::new();
                     t.assistant_text = String::new();
                     CandTurn {
                         delta,
                         answer,
+                        answer_extra,
                         rec: t,
                     }
                 })
@@ -1076,9 +1138,18 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                 .as_ref()
                 .and_then(|s| s.dataset.as_deref())
                 .is_some_and(|d| d == "synthetic" || d == "random");
+            let tools = match (&rec.tools, cfg.tool_messages) {
+                (Some(t @ serde_json::Value::Array(a)), ToolMessages::Faithful)
+                    if !a.is_empty() =>
+                {
+                    Some(Arc::from(t.to_string()))
+                }
+                _ => None,
+            };
             candidates.push(Candidate {
                 id: Arc::from(rec.session_id),
                 model: rec.source.and_then(|s| s.model),
+                tools,
                 synthetic_gaps,
                 system,
                 turns,
@@ -1212,7 +1283,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
         };
         let mut prompts = Vec::with_capacity(cand.turns.len());
         for t in &cand.turns {
-            for (_, id) in &t.delta {
+            for (_, id, _) in &t.delta {
                 ctx += u64::from(counts[*id as usize]) + MESSAGE_OVERHEAD_TOKENS;
             }
             prompts.push(ctx);
@@ -1303,9 +1374,22 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
             role,
             content_json: literal(id, texts),
             tokens: counts[id as usize],
+            extra_json: None,
         });
         msgs.insert((role, id), m.clone());
         m
+    };
+    // A message with extra members (a tool call or result) is its own; its text stays shared.
+    let with_extra = |m: Msg, extra: &Option<Arc<str>>| -> Msg {
+        match extra {
+            None => m,
+            Some(e) => Arc::new(PlannedMessage {
+                role: m.role,
+                content_json: m.content_json.clone(),
+                tokens: m.tokens,
+                extra_json: Some(e.clone()),
+            }),
+        }
     };
     let shared_system = sp.as_ref().map(|s| s.text.clone());
     let mut system_msgs: HashMap<Option<u32>, Msg> = HashMap::new();
@@ -1362,6 +1446,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                             role: Role::System,
                             content_json: json_literal(&text),
                             tokens,
+                            extra_json: None,
                         })
                     })
                     .clone(),
@@ -1392,7 +1477,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
             let delta: Vec<Msg> = t
                 .delta
                 .iter()
-                .map(|(r, id)| msg(*r, *id, &mut texts))
+                .map(|(r, id, extra)| with_extra(msg(*r, *id, &mut texts), extra))
                 .collect();
             summary.new_input_tokens += delta.iter().map(|m| u64::from(m.tokens)).sum::<u64>();
             summary.input_tokens += prompts[k];
@@ -1400,7 +1485,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
             turns.push(PlannedTurn {
                 index: k as u32,
                 input_delta: delta,
-                assistant: msg(Role::Assistant, t.answer, &mut texts),
+                assistant: with_extra(msg(Role::Assistant, t.answer, &mut texts), &t.answer_extra),
                 max_output_tokens: outputs[k],
                 recorded_output_tokens: t.rec.output_tokens,
                 recorded_input_tokens: t.rec.input_tokens,
@@ -1417,6 +1502,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
             turns,
             peak_context: peak,
             model: cand.model,
+            tools: cand.tools,
         });
     }
     summary.sessions = sessions.len() as u64;

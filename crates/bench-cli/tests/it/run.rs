@@ -602,3 +602,74 @@ fn the_open_files_limit_is_raised_for_the_sessions_in_flight_or_the_error_says_h
     assert!(!low.join("turns.jsonl").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--tool-messages faithful` end to end: an OpenAI-messages trace with tool calls, imported,
+/// replayed against the simulator with its calls, results and tools as recorded; refused with
+/// an API that has no chat tool calls.
+#[test]
+fn faithful_tool_messages_replay_an_imported_agent_trace() {
+    let _serial = serial();
+    let dir = tempdir("run-faithful");
+    let trace = dir.join("agent.jsonl");
+    let session = serde_json::json!({
+        "id": "agent-1",
+        "tools": [{"type": "function", "function": {"name": "read_file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}],
+        "messages": [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": "Fix the bug in a.rs"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "read_file", "arguments": "{\"path\":\"a.rs\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "fn main() { let x = 1 }"},
+            {"role": "assistant", "content": "A semicolon is missing; here is the fix."},
+        ],
+    });
+    std::fs::write(&trace, format!("{session}\n")).unwrap();
+    let imported = dir.join("native.jsonl");
+    let out = run(&[
+        "import",
+        "--from",
+        "openai-messages",
+        "--output",
+        imported.to_str().unwrap(),
+        trace.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_dir = dir.join("run");
+    let v = run_json(&[
+        "run",
+        "--tokenizer",
+        "none",
+        "--dataset",
+        imported.to_str().unwrap(),
+        "--tool-messages",
+        "faithful",
+        "--sim-instant",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--json",
+        "-q",
+    ]);
+    assert_eq!(v["summary"]["turns_ok"], 2, "{v}");
+    assert_eq!(v["summary"]["turns_failed"], 0, "{v}");
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(spec["spec"]["plan"]["tool_messages"], "faithful");
+
+    let out = run(&[
+        "run",
+        "--dataset",
+        imported.to_str().unwrap(),
+        "--tool-messages",
+        "faithful",
+        "--endpoint",
+        "messages",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs the chat endpoint"));
+    std::fs::remove_dir_all(dir).unwrap();
+}

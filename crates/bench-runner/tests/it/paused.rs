@@ -240,6 +240,7 @@ fn text(role: Role, t: &str) -> Msg {
         role,
         content_json: Arc::from(serde_json::to_string(t).unwrap()),
         tokens: u32::try_from(t.len().div_ceil(4)).unwrap(),
+        extra_json: None,
     })
 }
 
@@ -265,6 +266,7 @@ fn session(i: usize, turns: u32, gap_ms: f64) -> PlannedSession {
             .collect(),
         peak_context: 100 * u64::from(turns) + u64::from(OUT),
         model: None,
+        tools: None,
     }
 }
 

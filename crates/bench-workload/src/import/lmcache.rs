@@ -162,6 +162,7 @@ fn build_session(ctx: &mut Ctx<'_>, id: String, mut calls: Vec<Call>, t0: i64) -
             vec![Message {
                 role: "user".to_string(),
                 content: text,
+                tool_call_id: None,
             }],
             call.output.clone(),
         );
@@ -178,5 +179,6 @@ fn build_session(ctx: &mut Ctx<'_>, id: String, mut calls: Vec<Call>, t0: i64) -
         }),
         system_prompt: None,
         turns,
+        tools: None,
     }
 }

@@ -798,6 +798,8 @@ pub(crate) struct ChatMessage {
     pub(crate) content: String,
     /// Tool calls of an assistant message.
     pub(crate) tool_calls: Option<Value>,
+    /// A tool result's `tool_call_id`.
+    pub(crate) tool_call_id: Option<String>,
 }
 
 /// A conversation cut into turns.
@@ -828,6 +830,7 @@ pub(crate) fn build_turns(messages: Vec<ChatMessage>) -> Turns {
             pending.push(Message {
                 role: m.role,
                 content: m.content,
+                tool_call_id: m.tool_call_id,
             });
         }
     }

@@ -151,6 +151,7 @@ pub(crate) fn import_file(ctx: &mut Ctx<'_>, path: &Path) -> Result<(), ImportEr
             vec![Message {
                 role: "user".to_string(),
                 content: text,
+                tool_call_id: None,
             }],
             String::new(),
         );
@@ -166,6 +167,7 @@ pub(crate) fn import_file(ctx: &mut Ctx<'_>, path: &Path) -> Result<(), ImportEr
             }),
             system_prompt: None,
             turns: vec![turn],
+            tools: None,
         };
         ctx.emit(path, Some(line), session)?;
         Ok(Ok(()))

@@ -49,16 +49,44 @@ pub(crate) fn message(
     } else {
         None
     };
+    let tool_call_id = if role == "tool" {
+        match m.get("tool_call_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(v) => {
+                return Err(format!(
+                    "{here}.tool_call_id: expected a string, found {}",
+                    describe(v)
+                ));
+            }
+        }
+    } else {
+        None
+    };
     Ok(ChatMessage {
         role,
         content,
         tool_calls,
+        tool_call_id,
     })
 }
 
 /// One session: a message array, or an object with `messages` (and optionally `id` or
 /// `session_id`). `at` prefixes error messages.
 fn session(ctx: &mut Ctx<'_>, value: &Value, at: &str, default_id: String) -> SessionResult {
+    let tools = match value {
+        Value::Object(obj) => match obj.get("tools") {
+            None | Some(Value::Null) => None,
+            Some(t @ Value::Array(_)) => Some(t.clone()),
+            Some(v) => {
+                return Err(format!(
+                    "{at}\"tools\": expected an array, found {}",
+                    describe(v)
+                ));
+            }
+        },
+        _ => None,
+    };
     let (items, session_id) = match value {
         Value::Array(items) => (items, default_id),
         Value::Object(obj) => {
@@ -94,6 +122,7 @@ fn session(ctx: &mut Ctx<'_>, value: &Value, at: &str, default_id: String) -> Se
             source: None,
             system_prompt: turns.system_prompt,
             turns: turns.turns,
+            tools,
         },
         turns.trailing,
     ))

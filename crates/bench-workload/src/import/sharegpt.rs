@@ -81,6 +81,7 @@ fn conversation(
             role: role(from),
             content,
             tool_calls: None,
+            tool_call_id: None,
         });
     }
     let mut turns = build_turns(messages);
@@ -97,6 +98,7 @@ fn conversation(
         }),
         system_prompt: turns.system_prompt,
         turns: turns.turns,
+        tools: None,
     };
     Ok((session, turns.trailing))
 }

@@ -602,7 +602,7 @@ fn openai_messages_forms_parts_and_tool_calls() {
     let lines = tmp.write(
         "lines.jsonl",
         "[{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"r\"}]\n\
-         {\"id\": \"named\", \"messages\": [{\"role\": \"user\", \"content\": \"q2\"}, {\"role\": \"assistant\", \"content\": \"r2\"}]}\n",
+         {\"id\": \"named\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"ls\"}}], \"messages\": [{\"role\": \"user\", \"content\": \"q2\"}, {\"role\": \"assistant\", \"content\": \"r2\"}]}\n",
     );
     let (sessions, stats) = run_ok(ImportFormat::OpenaiMessages, &[many, lines]);
     common_checks(&sessions, &stats);
@@ -614,6 +614,16 @@ fn openai_messages_forms_parts_and_tool_calls() {
     let calls = s.turns[0].tool_calls.as_ref().unwrap();
     assert_eq!(calls[0]["function"]["name"], "ls");
     assert_eq!(s.turns[1].input_delta[0].role, "tool");
+    // Kept for --tool-messages faithful: the result's call id and the session's tools.
+    assert_eq!(
+        s.turns[1].input_delta[0].tool_call_id.as_deref(),
+        Some("c1")
+    );
+    assert_eq!(
+        sessions[3].tools.as_ref().unwrap()[0]["function"]["name"],
+        "ls"
+    );
+    assert_eq!(sessions[1].tools, None);
     assert_eq!(s.turns[1].assistant_text, "done");
     assert_eq!(sessions[2].system_prompt.as_deref(), Some("s"));
     assert!(

@@ -767,3 +767,59 @@ fn summary_text_is_the_bench_plan_report() {
          \x20 est. wall time  0 s at 250 output tok/s · 0 s at 1,000 · 0 s at 4,000\n"
     );
 }
+
+/// `--tool-messages`: coerce sends tool results as user text and drops the calls; faithful
+/// sends what the agent sent (the assistant's `tool_calls` with their ids, `role: tool` with
+/// its `tool_call_id`, and the session's `tools`).
+#[test]
+fn tool_messages_are_coerced_or_sent_as_recorded() {
+    let d = tempdir("tools");
+    let calls = json!([{"id": "call_1", "type": "function",
+        "function": {"name": "read_file", "arguments": "{\"path\":\"a.rs\"}"}}]);
+    let tools = json!([{"type": "function", "function": {"name": "read_file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]);
+    let s = json!({
+        "session_id": "t",
+        "tools": tools,
+        "turns": [
+            {"index": 0, "input_delta": [{"role": "user", "content": "Fix a.rs"}],
+             "assistant_text": "", "tool_calls": calls, "output_tokens": 5},
+            {"index": 1, "input_delta": [{"role": "tool", "content": "fn main() {}", "tool_call_id": "call_1"}],
+             "assistant_text": "Done.", "output_tokens": 2},
+        ],
+    });
+    write_lines(&d.join("trace.jsonl"), &[s.to_string()]);
+
+    let coerced = plan(path_cfg(&d)).unwrap();
+    let t = &coerced.sessions[0].turns;
+    assert_eq!(
+        t[0].assistant.json(),
+        r#"{"role":"assistant","content":""}"#
+    );
+    assert_eq!(
+        t[1].input_delta[0].json(),
+        r#"{"role":"user","content":"fn main() {}"}"#
+    );
+    assert_eq!(coerced.sessions[0].tools, None);
+    assert_eq!(coerced.summary.coerced_roles, 1);
+
+    let mut cfg = path_cfg(&d);
+    cfg.tool_messages = bench_workload::plan::ToolMessages::Faithful;
+    let faithful = plan(cfg).unwrap();
+    let t = &faithful.sessions[0].turns;
+    let a: serde_json::Value = serde_json::from_str(&t[0].assistant.json()).unwrap();
+    assert_eq!(a["tool_calls"], calls);
+    assert_eq!(a["role"], "assistant");
+    let r: serde_json::Value = serde_json::from_str(&t[1].input_delta[0].json()).unwrap();
+    assert_eq!(
+        r,
+        json!({"role": "tool", "content": "fn main() {}", "tool_call_id": "call_1"})
+    );
+    let sent: serde_json::Value =
+        serde_json::from_str(faithful.sessions[0].tools.as_deref().unwrap()).unwrap();
+    assert_eq!(sent, tools);
+    assert_eq!(faithful.summary.coerced_roles, 0);
+    // The texts (and so the token counts) are the same either way.
+    assert_eq!(faithful.summary.input_tokens, coerced.summary.input_tokens);
+    std::fs::remove_dir_all(d).unwrap();
+}
