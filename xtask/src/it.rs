@@ -659,16 +659,18 @@ fn llama() -> Result<()> {
     eprintln!("xtask it llama: llama.cpp listening on {base} after {start_s:.1} s");
 
     let t = Instant::now();
-    let outcome = bench_and_check(&bench, &root, &it_dir, &base);
+    let outcome = bench_and_check(&bench, &root, &it_dir, &base)
+        .and_then(|f| faithful_tool_calls(&bench, &it_dir, &base).map(|n| (f, n)));
     let run_s = t.elapsed().as_secs_f64();
     if outcome.is_err() {
         server.print_log_tail(40);
     }
     drop(server);
-    let f = outcome?;
+    let (f, faithful_ok) = outcome?;
     println!(
         "xtask it llama: ok: {} turns ok ({} output tokens, usage from the server), TTFT p50 {}, \
-         prefix-cache hits in {} of {} later turns",
+         prefix-cache hits in {} of {} later turns; {faithful_ok} turns with tool calls and tool \
+         results sent as recorded (--tool-messages faithful, the model's Jinja template)",
         f.turns_ok,
         f.output_tokens,
         f.ttft_p50_ms
@@ -748,6 +750,88 @@ fn bench_and_check(bench: &Path, root: &Path, it_dir: &Path, base: &str) -> Resu
         bail!("bench run exited with {status} although its records look fine");
     }
     Ok(findings)
+}
+
+/// An agent trace with a tool call, its result and the tool's definition, replayed with
+/// `--tool-messages faithful`: llama.cpp parses the messages (OpenAI `tool_calls`, `role: tool`
+/// with `tool_call_id`, `tools`) and renders them through the model's Jinja chat template.
+/// Returns the turns that came back ok (all of them, or an error).
+fn faithful_tool_calls(bench: &Path, it_dir: &Path, base: &str) -> Result<u64> {
+    let trace = it_dir.join("llama-tools.jsonl");
+    let session = serde_json::json!({
+        "id": "agent-1",
+        "tools": [{"type": "function", "function": {"name": "read_file",
+            "description": "Read a file of the repository",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                "required": ["path"]}}}],
+        "messages": [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": "Fix the bug in a.rs"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": "{\"path\":\"a.rs\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "fn main() { let x = 1 }"},
+            {"role": "assistant", "content": "A semicolon is missing after `let x = 1`."},
+        ],
+    });
+    std::fs::write(&trace, format!("{session}\n"))?;
+    let native = it_dir.join("llama-tools.native.jsonl");
+    let ok = Command::new(bench)
+        .args(["import", "--from", "openai-messages", "--output"])
+        .arg(&native)
+        .arg(&trace)
+        .status()?
+        .success();
+    if !ok {
+        bail!("bench import of the tool-call trace failed");
+    }
+    let run_dir = it_dir.join("llama-tools-run");
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let out = Command::new(bench)
+        .args([
+            "run",
+            "--base-url",
+            base,
+            "--tokenizer",
+            "none",
+            "--dataset",
+        ])
+        .arg(&native)
+        .args([
+            "--tool-messages",
+            "faithful",
+            "--output-policy",
+            "fixed:8",
+            "--turn-timeout",
+            "300s",
+            "--json",
+            "-q",
+            "--run-dir",
+        ])
+        .arg(&run_dir)
+        .output()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "bench run --tool-messages faithful: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    let ok = v["summary"]["turns_ok"].as_u64().unwrap_or(0);
+    let failed = v["summary"]["turns_failed"].as_u64().unwrap_or(0);
+    if !out.status.success() || ok != 2 || failed != 0 {
+        let turns = std::fs::read_to_string(run_dir.join("turns.jsonl")).unwrap_or_default();
+        bail!(
+            "--tool-messages faithful against llama.cpp: {ok} ok, {failed} failed (want 2 ok); \
+             records: {}",
+            turns
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .map(|r| r["error"].to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    Ok(ok)
 }
 
 fn omnigent() -> Result<()> {
