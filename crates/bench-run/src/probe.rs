@@ -112,14 +112,20 @@ fn ms(d: Duration) -> f64 {
 
 impl ProbeReport {
     /// The report of one turn.
-    pub fn new(base_url: String, embedded: bool, model: String, o: &TurnOutcome) -> Self {
+    pub fn new(
+        base_url: String,
+        embedded: bool,
+        model: String,
+        endpoint: Endpoint,
+        o: &TurnOutcome,
+    ) -> Self {
         let u = o.usage.unwrap_or_default();
         ProbeReport {
             base_url,
             embedded,
             model,
             stream: o.streamed,
-            endpoint: Endpoint::Chat,
+            endpoint,
             ttft_ms: o.ttft.map(ms),
             ttfa_ms: o.ttfa.map(ms),
             reasoning_chunks: o.reasoning_chunks,
@@ -251,9 +257,13 @@ async fn probe_at(p: &Probe, base_url: &str, embedded: bool) -> Result<ProbeRepo
         .chat_body(body, req.wants_stream(), &opts)
         .await
         .map_err(transport_error)?;
-    let mut report = ProbeReport::new(client.base_url(), embedded, model, &outcome);
-    report.endpoint = p.endpoint;
-    Ok(report)
+    Ok(ProbeReport::new(
+        client.base_url(),
+        embedded,
+        model,
+        p.endpoint,
+        &outcome,
+    ))
 }
 
 /// The first model id listed by `GET /v1/models`.

@@ -374,19 +374,11 @@ fn bad_rate_is_a_usage_error() {
     );
 }
 
-#[test]
-fn bad_burstiness_is_a_usage_error() {
-    for (args, want) in [
-        (
-            &["--arrival", "gamma", "--burstiness", "0"][..],
-            "burstiness must be a positive number",
-        ),
-        (
-            &["--burstiness", "0.5"][..],
-            "--burstiness needs --arrival gamma",
-        ),
-    ] {
-        let mut all = vec!["run", "--rate", "5", "--dataset", "random"];
+/// Each `(args, want)`: `bench run BASE ARGS` exits 2 with `want` in its stderr.
+fn assert_usage_errors(base: &[&str], cases: &[(&[&str], &str)]) {
+    for (args, want) in cases {
+        let mut all = vec!["run"];
+        all.extend_from_slice(base);
         all.extend_from_slice(args);
         let out = run(&all);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -396,41 +388,54 @@ fn bad_burstiness_is_a_usage_error() {
 }
 
 #[test]
+fn bad_burstiness_is_a_usage_error() {
+    assert_usage_errors(
+        &["--rate", "5", "--dataset", "random"],
+        &[
+            (
+                &["--arrival", "gamma", "--burstiness", "0"][..],
+                "burstiness must be a positive number",
+            ),
+            (
+                &["--burstiness", "0.5"][..],
+                "--burstiness needs --arrival gamma",
+            ),
+        ],
+    );
+}
+
+#[test]
 fn bad_arrival_and_endpoint_combinations_are_usage_errors() {
-    for (args, want) in [
-        (
-            &["--arrival", "trace", "--rate", "5"][..],
-            "--rate does not apply",
-        ),
-        (
-            &["--time-scale", "0.5"][..],
-            "--time-scale needs --arrival trace",
-        ),
-        (&["--arrival", "constant"][..], "--arrival needs --rate"),
-        (
-            &["--arrival", "trace", "--time-scale", "0"][..],
-            "time_scale must be a positive",
-        ),
-        (
-            &["--arrival", "trace"][..],
-            "has no recorded time (timestamp_ms)",
-        ),
-        (
-            &["--responses-state", "server"][..],
-            "needs the responses endpoint",
-        ),
-        (
-            &["--endpoint", "chats"][..],
-            "chat, responses, messages, completions",
-        ),
-    ] {
-        let mut all = vec!["run", "--dataset", "random", "--tokenizer", "none"];
-        all.extend_from_slice(args);
-        let out = run(&all);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(want), "{args:?}: {stderr}");
-    }
+    assert_usage_errors(
+        &["--dataset", "random", "--tokenizer", "none"],
+        &[
+            (
+                &["--arrival", "trace", "--rate", "5"][..],
+                "--rate does not apply",
+            ),
+            (
+                &["--time-scale", "0.5"][..],
+                "--time-scale needs --arrival trace",
+            ),
+            (&["--arrival", "constant"][..], "--arrival needs --rate"),
+            (
+                &["--arrival", "trace", "--time-scale", "0"][..],
+                "time_scale must be a positive",
+            ),
+            (
+                &["--arrival", "trace"][..],
+                "has no recorded time (timestamp_ms)",
+            ),
+            (
+                &["--responses-state", "server"][..],
+                "needs the responses endpoint",
+            ),
+            (
+                &["--endpoint", "chats"][..],
+                "chat, responses, messages, completions",
+            ),
+        ],
+    );
 }
 
 #[test]
