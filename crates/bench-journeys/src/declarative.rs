@@ -76,7 +76,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -85,6 +85,8 @@ use http::{HeaderName, HeaderValue, Method};
 use serde::Deserialize;
 
 use crate::journey::{BoxFuture, Ctx, Env, Failure, Journey, Kind};
+
+mod streams;
 
 /// A journeys file that could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +102,20 @@ pub struct FileError {
 #[derive(Debug, Clone)]
 pub struct JourneyFile {
     journeys: Vec<Arc<FileJourney>>,
+    params: Vec<Param>,
+}
+
+/// A parameter a journeys file declares (`[params]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Param {
+    /// Its name (`{{name}}` in templates).
+    pub name: String,
+    /// What it is for.
+    pub description: String,
+    /// Its default, if it has one.
+    pub default: Option<String>,
+    /// The value it has in this run (given, else the default); `None`: not set.
+    pub value: Option<String>,
 }
 
 impl JourneyFile {
@@ -109,6 +125,29 @@ impl JourneyFile {
             .iter()
             .map(|j| j.clone() as Arc<dyn Journey>)
             .collect()
+    }
+
+    /// Its parameters, by name.
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// One line naming the parameters that have no value, with what each is for; `None` when
+    /// all have one. (The journeys fail their setup with a shorter message.)
+    pub fn missing_params(&self) -> Option<String> {
+        let missing: Vec<String> = self
+            .params
+            .iter()
+            .filter(|p| p.value.is_none())
+            .map(|p| {
+                if p.description.is_empty() {
+                    format!("{} (--param {}=VALUE)", p.name, p.name)
+                } else {
+                    format!("{} (--param {}=VALUE: {})", p.name, p.name, p.description)
+                }
+            })
+            .collect();
+        (!missing.is_empty()).then(|| format!("parameters not set: {}", missing.join("; ")))
     }
 }
 
@@ -123,17 +162,26 @@ pub fn load(path: impl AsRef<Path>) -> Result<JourneyFile, FileError> {
     parse(&file, &text)
 }
 
-/// Parses a journeys file's text; `file` names it in errors.
+/// Parses a journeys file's text; `file` names it in errors. Its parameters keep their
+/// defaults.
 pub fn parse(file: &str, text: &str) -> Result<JourneyFile, FileError> {
+    parse_with(file, text, &BTreeMap::new())
+}
+
+/// [`parse`] with values for the file's `[params]`. A name the file does not declare is an
+/// error; a parameter left without a value is not (see [`JourneyFile::missing_params`]).
+pub fn parse_with(
+    file: &str,
+    text: &str,
+    params: &BTreeMap<String, String>,
+) -> Result<JourneyFile, FileError> {
     let err = |message: String| FileError {
         file: file.to_owned(),
         message,
     };
     let de = toml::Deserializer::parse(text).map_err(|e| err(toml_message(text, &e)))?;
     let raw: RawFile = serde_path_to_error::deserialize(de).map_err(|e| err(located(text, &e)))?;
-    compile(raw)
-        .map(|journeys| JourneyFile { journeys })
-        .map_err(err)
+    compile(raw, params).map_err(err)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -143,11 +191,22 @@ pub fn parse(file: &str, text: &str) -> Result<JourneyFile, FileError> {
 #[serde(deny_unknown_fields)]
 struct RawFile {
     #[serde(default)]
+    params: BTreeMap<String, RawParam>,
+    #[serde(default)]
     defaults: RawDefaults,
     #[serde(default)]
     setup: Vec<RawStep>,
     #[serde(default)]
     journey: Vec<RawJourney>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawParam {
+    /// Used when the parameter is not given (a string, number or boolean).
+    default: Option<toml::Value>,
+    #[serde(default)]
+    description: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -169,7 +228,11 @@ struct RawJourney {
     concurrency_safe: bool,
     #[serde(default)]
     needs_mock_llm: bool,
+    #[serde(default)]
+    needs_runner: bool,
     max_iterations: Option<u32>,
+    #[serde(default)]
+    report: Vec<String>,
     #[serde(default)]
     setup: Vec<RawStep>,
     measure: Vec<RawStep>,
@@ -181,7 +244,14 @@ struct RawJourney {
 #[serde(deny_unknown_fields)]
 struct RawStep {
     method: Option<String>,
-    path: String,
+    base: Option<String>,
+    path: Option<String>,
+    stream: Option<String>,
+    wait: Option<String>,
+    until: Option<RawMatch>,
+    #[serde(default)]
+    fail_on: Vec<RawMatch>,
+    clock: Option<Clock>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
     json: Option<toml::Value>,
@@ -199,6 +269,25 @@ struct RawStep {
     timeout_s: Option<f64>,
 }
 
+/// Which events a `stream`/`wait` step looks for.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMatch {
+    event: Option<String>,
+    #[serde(default)]
+    data: BTreeMap<String, toml::Value>,
+}
+
+/// Where a step puts the operation's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Clock {
+    /// The operation's time starts just before this step.
+    Start,
+    /// It stops when this step is done (for a `wait`: when the matching event arrived).
+    Stop,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPart {
@@ -207,6 +296,7 @@ struct RawPart {
     content_type: Option<String>,
     text: Option<String>,
     base64: Option<String>,
+    tar_gz: Option<BTreeMap<String, String>>,
 }
 
 /// `expect = 201` or `expect = [200, 201]`.
@@ -586,6 +676,8 @@ impl JsonPath {
 enum PartData {
     Text(Template),
     Bytes(Bytes),
+    /// A gzipped tar of these files (name, templated text), made when the step runs.
+    TarGz(Vec<(String, Template)>),
 }
 
 #[derive(Debug, Clone)]
@@ -604,8 +696,121 @@ enum BodyT {
     Multipart(Vec<Part>),
 }
 
+/// What a step does.
+#[derive(Debug, Clone, PartialEq)]
+enum StepKind {
+    /// One request, its whole response read.
+    Request,
+    /// A request whose response is a server-sent event stream, kept open under this name.
+    Stream(String),
+    /// Reads events of an open stream until one matches.
+    Wait(String),
+}
+
+/// An event a `stream`/`wait` step looks for: its name, and values at JSON paths of its data.
+#[derive(Debug, Clone)]
+struct Matcher {
+    event: Option<String>,
+    data: Vec<(JsonPath, Template)>,
+}
+
+impl Matcher {
+    fn compile(m: &RawMatch) -> Result<Matcher, String> {
+        if m.event.is_none() && m.data.is_empty() {
+            return Err("give `event`, `data` or both".into());
+        }
+        if m.event.as_deref().is_some_and(str::is_empty) {
+            return Err("event: empty name".into());
+        }
+        let data = m
+            .data
+            .iter()
+            .map(|(k, v)| {
+                let path = JsonPath::parse(k)?;
+                if path.optional {
+                    return Err(format!("data {k:?}: a match cannot be optional"));
+                }
+                let text = match v {
+                    toml::Value::String(s) => s.clone(),
+                    toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+                        v.to_string()
+                    }
+                    _ => return Err(format!("data {k:?}: match a string, number or boolean")),
+                };
+                let t = Template::parse(&text).map_err(|e| format!("data {k:?}: {e}"))?;
+                Ok((path, t))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Matcher {
+            event: m.event.clone(),
+            data,
+        })
+    }
+
+    fn templates(&self) -> impl Iterator<Item = &Template> {
+        self.data.iter().map(|(_, t)| t)
+    }
+
+    /// With its values filled in.
+    fn render(&self, vars: &Vars<'_>) -> Result<Match, Failure> {
+        Ok(Match {
+            event: self.event.clone(),
+            data: self
+                .data
+                .iter()
+                .map(|(p, t)| Ok((p.clone(), t.render(vars, false)?)))
+                .collect::<Result<_, Failure>>()?,
+        })
+    }
+}
+
+/// A [`Matcher`] with its values filled in.
+#[derive(Debug, Clone)]
+struct Match {
+    event: Option<String>,
+    data: Vec<(JsonPath, String)>,
+}
+
+impl Match {
+    fn matches(&self, ev: &streams::Event) -> bool {
+        if self.event.as_deref().is_some_and(|e| e != ev.name) {
+            return false;
+        }
+        if self.data.is_empty() {
+            return true;
+        }
+        let Some(json) = &ev.json else {
+            return false;
+        };
+        self.data
+            .iter()
+            .all(|(p, want)| p.get(json).as_deref() == Some(want.as_str()))
+    }
+}
+
+impl std::fmt::Display for Match {
+    /// `session.status with status=idle`, `an event with type=x`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.event {
+            Some(e) => f.write_str(e)?,
+            None => f.write_str("an event")?,
+        }
+        for (i, (p, v)) in self.data.iter().enumerate() {
+            let sep = if i == 0 { " with " } else { ", " };
+            write!(f, "{sep}{}={v}", p.text)?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Step {
+    kind: StepKind,
+    /// Another server than the journey's (`http(s)://host:port`, templated).
+    base: Option<Template>,
+    until: Option<Matcher>,
+    fail_on: Vec<Matcher>,
+    clock: Option<Clock>,
     method: Method,
     path: Template,
     headers: Vec<(HeaderName, Template)>,
@@ -620,12 +825,46 @@ struct Step {
     timeout: Option<Duration>,
 }
 
-/// What the whole file shares: defaults and the common setup steps.
+/// What the whole file shares: parameters, defaults and the common setup steps.
 #[derive(Debug)]
 struct Common {
+    /// The parameters that have a value (given or default).
+    params: HashMap<String, String>,
+    /// Parameters without a value: `(name, description)`.
+    missing: Vec<(String, String)>,
     headers: Vec<(HeaderName, Template)>,
     timeout: Option<Duration>,
     setup: Vec<Step>,
+    /// Clients for the `base` URLs steps name, by URL.
+    clients: Mutex<HashMap<String, bench_transport::Client>>,
+}
+
+impl Common {
+    /// The client for another server (made on first use; no credentials from the
+    /// environment are sent to it).
+    fn client_for(&self, base: &str) -> Result<bench_transport::Client, Failure> {
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = clients.get(base) {
+            return Ok(c.clone());
+        }
+        let mut cfg = bench_transport::ClientConfig::new(base);
+        cfg.auth = bench_transport::Auth::None;
+        cfg.timeout = self.timeout.unwrap_or(DEFAULT_WAIT);
+        let c = bench_transport::Client::new(cfg)
+            .map_err(|e| Failure::other(format!("base {base}: {e}")))?;
+        clients.insert(base.to_owned(), c.clone());
+        Ok(c)
+    }
+
+    /// Fails when a parameter has no value.
+    fn check_params(&self) -> Result<(), Failure> {
+        match self.missing.first() {
+            None => Ok(()),
+            Some((name, _)) => Err(Failure::other(format!(
+                "parameter {name} is not set (pass --param {name}=VALUE)"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -635,7 +874,12 @@ struct FileJourney {
     kind: Kind,
     concurrency_safe: bool,
     needs_mock_llm: bool,
+    needs_runner: bool,
     max_iterations: Option<u32>,
+    /// Setup variables that go into the report.
+    report: Vec<String>,
+    /// Some measure step places the clock.
+    clocked: bool,
     common: Arc<Common>,
     setup: Vec<Step>,
     measure: Vec<Step>,
@@ -685,7 +929,103 @@ fn headers_of(h: &BTreeMap<String, String>) -> Result<Vec<(HeaderName, Template)
         .collect()
 }
 
+/// The keys a `wait` step cannot have (it sends nothing).
+fn wait_conflicts(raw: &RawStep) -> Vec<&'static str> {
+    [
+        ("method", raw.method.is_some()),
+        ("base", raw.base.is_some()),
+        ("path", raw.path.is_some()),
+        ("stream", raw.stream.is_some()),
+        ("headers", !raw.headers.is_empty()),
+        ("json", raw.json.is_some()),
+        ("body", raw.body.is_some()),
+        ("multipart", raw.multipart.is_some()),
+        ("expect", raw.expect.is_some()),
+        ("repeat", raw.repeat.is_some()),
+        ("for_each", raw.for_each.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, set)| set.then_some(k))
+    .collect()
+}
+
+fn stream_name(name: &str, key: &str) -> Result<String, String> {
+    if is_ident(name) {
+        Ok(name.to_owned())
+    } else {
+        Err(format!(
+            "{key} {name:?}: a stream name is letters, digits and _"
+        ))
+    }
+}
+
 fn compile_step(raw: &RawStep, names: &Names) -> Result<Step, String> {
+    let kind = match (&raw.stream, &raw.wait) {
+        (Some(_), Some(_)) => return Err("`stream` and `wait` are exclusive".into()),
+        (Some(n), None) => StepKind::Stream(stream_name(n, "stream")?),
+        (None, Some(n)) => {
+            let bad = wait_conflicts(raw);
+            if !bad.is_empty() {
+                return Err(format!(
+                    "a `wait` step sends nothing: remove {}",
+                    bad.join(", ")
+                ));
+            }
+            if raw.until.is_none() {
+                return Err("a `wait` step needs `until` (the event it waits for)".into());
+            }
+            StepKind::Wait(stream_name(n, "wait")?)
+        }
+        (None, None) => StepKind::Request,
+    };
+    if kind == StepKind::Request && (raw.until.is_some() || !raw.fail_on.is_empty()) {
+        return Err("`until` and `fail_on` belong to `stream` and `wait` steps".into());
+    }
+    if matches!(kind, StepKind::Stream(_)) {
+        if raw.repeat.is_some() || raw.for_each.is_some() {
+            return Err("a `stream` step cannot `repeat` or `for_each`".into());
+        }
+        if raw.until.is_none() && !(raw.capture.is_empty() && raw.collect.is_empty()) {
+            return Err("a `stream` step captures from the event it waits for: add `until`".into());
+        }
+    }
+    let until = raw
+        .until
+        .as_ref()
+        .map(Matcher::compile)
+        .transpose()
+        .map_err(|e| format!("until: {e}"))?;
+    let fail_on = raw
+        .fail_on
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Matcher::compile(m).map_err(|e| format!("fail_on[{i}]: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let base = match &raw.base {
+        None => None,
+        Some(b) => {
+            let t = Template::parse(b).map_err(|e| format!("base: {e}"))?;
+            let head = match t.segs.first() {
+                Some(Seg::Lit(l)) => Some(l.as_str()),
+                Some(_) => None,
+                None => Some(""),
+            };
+            if head.is_some_and(|h| {
+                !(h.starts_with("http://")
+                    || h.starts_with("https://")
+                    || "https://".starts_with(h)
+                    || "http://".starts_with(h))
+            }) {
+                return Err(format!("base {b:?}: give an http:// or https:// URL"));
+            }
+            Some(t)
+        }
+    };
+    let raw_path = match (&kind, &raw.path) {
+        (StepKind::Wait(_), _) => "/",
+        (_, Some(p)) => p.as_str(),
+        (_, None) => return Err("missing `path` (or make it a `wait` step)".into()),
+    };
     let method = raw.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
     if !METHODS.contains(&method.as_str()) {
         return Err(format!(
@@ -695,10 +1035,10 @@ fn compile_step(raw: &RawStep, names: &Names) -> Result<Step, String> {
         ));
     }
     let method = Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
-    if !raw.path.starts_with('/') {
-        return Err(format!("path {:?} must start with /", raw.path));
+    if !raw_path.starts_with('/') {
+        return Err(format!("path {raw_path:?} must start with /"));
     }
-    let path = Template::parse(&raw.path).map_err(|e| format!("path: {e}"))?;
+    let path = Template::parse(raw_path).map_err(|e| format!("path: {e}"))?;
     let headers = headers_of(&raw.headers)?;
 
     let given: Vec<&str> = [
@@ -776,6 +1116,11 @@ fn compile_step(raw: &RawStep, names: &Names) -> Result<Step, String> {
     }
 
     let step = Step {
+        kind,
+        base,
+        until,
+        fail_on,
+        clock: raw.clock,
         method,
         path,
         headers,
@@ -799,16 +1144,41 @@ fn compile_part(p: &RawPart) -> Result<Part, String> {
     if let Some(ct) = &p.content_type {
         HeaderValue::from_str(ct).map_err(|_| format!("content_type {ct:?} is not valid"))?;
     }
-    let data = match (&p.text, &p.base64) {
-        (Some(t), None) => PartData::Text(Template::parse(t).map_err(|e| format!("text: {e}"))?),
-        (None, Some(b)) => {
+    let data = match (&p.text, &p.base64, &p.tar_gz) {
+        (Some(t), None, None) => {
+            PartData::Text(Template::parse(t).map_err(|e| format!("text: {e}"))?)
+        }
+        (None, None, Some(files)) => {
+            if files.is_empty() {
+                return Err("tar_gz: no files".into());
+            }
+            PartData::TarGz(
+                files
+                    .iter()
+                    .map(|(name, text)| {
+                        if name.is_empty()
+                            || name.starts_with('/')
+                            || name.split('/').any(|c| c == ".." || c.is_empty())
+                            || name.len() > 100
+                        {
+                            return Err(format!(
+                                "tar_gz: {name:?}: give a relative path of at most 100 bytes, without .. or empty parts"
+                            ));
+                        }
+                        let t = Template::parse(text).map_err(|e| format!("tar_gz {name}: {e}"))?;
+                        Ok((name.clone(), t))
+                    })
+                    .collect::<Result<_, String>>()?,
+            )
+        }
+        (None, Some(b), None) => {
             let compact: String = b.chars().filter(|c| !c.is_ascii_whitespace()).collect();
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(compact)
                 .map_err(|e| format!("base64: {e}"))?;
             PartData::Bytes(Bytes::from(bytes))
         }
-        _ => return Err("give exactly one of `text` and `base64`".into()),
+        _ => return Err("give exactly one of `text`, `base64` and `tar_gz`".into()),
     };
     Ok(Part {
         name: p.name.clone(),
@@ -822,16 +1192,32 @@ fn compile_part(p: &RawPart) -> Result<Part, String> {
 /// only appear in `repeat` / `for_each` steps.
 fn check_vars(step: &Step, names: &Names) -> Result<(), String> {
     let mut ts: Vec<(&str, &Template)> = vec![("path", &step.path)];
+    ts.extend(step.base.iter().map(|t| ("base", t)));
+    ts.extend(
+        step.until
+            .iter()
+            .flat_map(|m| m.templates().map(|t| ("until", t))),
+    );
+    ts.extend(
+        step.fail_on
+            .iter()
+            .flat_map(|m| m.templates().map(|t| ("fail_on", t))),
+    );
     ts.extend(step.headers.iter().map(|(_, t)| ("headers", t)));
     let mut body = Vec::new();
     match &step.body {
         BodyT::Empty => {}
         BodyT::Json(j) => j.templates(&mut body),
         BodyT::Raw(t) => body.push(t),
-        BodyT::Multipart(parts) => body.extend(parts.iter().filter_map(|p| match &p.data {
-            PartData::Text(t) => Some(t),
-            PartData::Bytes(_) => None,
-        })),
+        BodyT::Multipart(parts) => {
+            for p in parts {
+                match &p.data {
+                    PartData::Text(t) => body.push(t),
+                    PartData::Bytes(_) => {}
+                    PartData::TarGz(files) => body.extend(files.iter().map(|(_, t)| t)),
+                }
+            }
+        }
     }
     let what = match step.body {
         BodyT::Json(_) => "json",
@@ -869,8 +1255,127 @@ fn compile_steps(steps: &[RawStep], names: &Names, ctx: &str) -> Result<Vec<Step
         .collect()
 }
 
-fn compile(raw: RawFile) -> Result<Vec<Arc<FileJourney>>, String> {
+/// The parameters with the values given (or their defaults).
+fn compile_params(
+    raw: &BTreeMap<String, RawParam>,
+    given: &BTreeMap<String, String>,
+) -> Result<Vec<Param>, String> {
+    for k in given.keys() {
+        if !raw.contains_key(k) {
+            let known: Vec<&str> = raw.keys().map(String::as_str).collect();
+            return Err(if known.is_empty() {
+                format!("unknown parameter {k:?}: the file declares no [params]")
+            } else {
+                format!(
+                    "unknown parameter {k:?}; the file's parameters: {}",
+                    known.join(", ")
+                )
+            });
+        }
+    }
+    raw.iter()
+        .map(|(name, p)| {
+            if !is_ident(name) || ["index", "item", "env"].contains(&name.as_str()) {
+                return Err(format!(
+                    "params: {name:?} cannot be a parameter name (letters, digits and _; not index, item or env)"
+                ));
+            }
+            let default = match &p.default {
+                None => None,
+                Some(toml::Value::String(s)) => Some(s.clone()),
+                Some(
+                    v @ (toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_)),
+                ) => Some(v.to_string()),
+                Some(_) => {
+                    return Err(format!(
+                        "params: {name}: default: give a string, number or boolean"
+                    ));
+                }
+            };
+            Ok(Param {
+                name: name.clone(),
+                description: p.description.clone(),
+                value: given.get(name).cloned().or_else(|| default.clone()),
+                default,
+            })
+        })
+        .collect()
+}
+
+/// Every `wait` names a stream an earlier step of the same sequence opened (`opened`: those
+/// open when the sequence starts).
+fn check_streams(steps: &[Step], opened: &mut BTreeSet<String>, ctx: &str) -> Result<(), String> {
+    for (i, s) in steps.iter().enumerate() {
+        match &s.kind {
+            StepKind::Stream(n) => {
+                opened.insert(n.clone());
+            }
+            StepKind::Wait(n) if !opened.contains(n) => {
+                return Err(format!(
+                    "{ctx}[{i}]: wait {n:?}: no earlier step opens a stream named {n:?} (streams live until the end of their setup, operation or teardown)"
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `clock` only in `measure`: at most one start and one stop, the start first.
+fn check_clock(j: &RawJourney, ctx: &str) -> Result<bool, String> {
+    for (what, steps) in [("setup", &j.setup), ("teardown", &j.teardown)] {
+        if let Some(i) = steps.iter().position(|s| s.clock.is_some()) {
+            return Err(format!(
+                "{ctx}: {what}[{i}]: `clock` belongs to measure steps (setup and teardown are never timed)"
+            ));
+        }
+    }
+    let at = |c: Clock| -> Result<Option<usize>, String> {
+        let v: Vec<usize> = j
+            .measure
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.clock == Some(c))
+            .map(|(i, _)| i)
+            .collect();
+        if v.len() > 1 {
+            return Err(format!(
+                "{ctx}: measure: clock = {:?} on steps {v:?}: give it once",
+                format!("{c:?}").to_lowercase()
+            ));
+        }
+        Ok(v.first().copied())
+    };
+    let (start, stop) = (at(Clock::Start)?, at(Clock::Stop)?);
+    if let (Some(a), Some(b)) = (start, stop)
+        && b < a
+    {
+        return Err(format!(
+            "{ctx}: measure: the clock stops (step {b}) before it starts (step {a})"
+        ));
+    }
+    Ok(start.is_some() || stop.is_some())
+}
+
+fn compile(raw: RawFile, given: &BTreeMap<String, String>) -> Result<JourneyFile, String> {
+    let params = compile_params(&raw.params, given)?;
     let mut global = Names::default();
+    global.vars.extend(params.iter().map(|p| p.name.clone()));
+    for s in raw.setup.iter().chain(
+        raw.journey
+            .iter()
+            .flat_map(|j| j.setup.iter().chain(&j.measure).chain(&j.teardown)),
+    ) {
+        if let Some(p) = params
+            .iter()
+            .find(|p| s.capture.contains_key(&p.name) || s.collect.contains_key(&p.name))
+        {
+            return Err(format!(
+                "{:?} is a parameter: a step cannot capture or collect it",
+                p.name
+            ));
+        }
+    }
     global.add(&raw.setup);
     let mut all = global.clone();
     for j in &raw.journey {
@@ -887,10 +1392,23 @@ fn compile(raw: RawFile) -> Result<Vec<Arc<FileJourney>>, String> {
             ));
         }
     }
+    let common_setup = compile_steps(&raw.setup, &global, "setup")?;
+    let mut common_streams = BTreeSet::new();
+    check_streams(&common_setup, &mut common_streams, "setup")?;
     let common = Arc::new(Common {
+        params: params
+            .iter()
+            .filter_map(|p| Some((p.name.clone(), p.value.clone()?)))
+            .collect(),
+        missing: params
+            .iter()
+            .filter(|p| p.value.is_none())
+            .map(|p| (p.name.clone(), p.description.clone()))
+            .collect(),
         headers,
         timeout: timeout_of(raw.defaults.timeout_s).map_err(|e| format!("defaults: {e}"))?,
-        setup: compile_steps(&raw.setup, &global, "setup")?,
+        setup: common_setup,
+        clients: Mutex::new(HashMap::new()),
     });
     if raw.journey.is_empty() {
         return Err("no [[journey]]".into());
@@ -921,20 +1439,44 @@ fn compile(raw: RawFile) -> Result<Vec<Arc<FileJourney>>, String> {
         }
         let mut names = global.clone();
         names.add(j.setup.iter().chain(&j.measure).chain(&j.teardown));
+        let clocked = check_clock(&j, &ctx)?;
+        for v in &j.report {
+            if !names.vars.contains(v) {
+                return Err(format!(
+                    "{ctx}: report: {v:?} is neither a parameter nor captured by a step"
+                ));
+            }
+        }
+        let setup = compile_steps(&j.setup, &names, &format!("{ctx}: setup"))?;
+        let measure = compile_steps(&j.measure, &names, &format!("{ctx}: measure"))?;
+        let teardown = compile_steps(&j.teardown, &names, &format!("{ctx}: teardown"))?;
+        check_streams(
+            &setup,
+            &mut common_streams.clone(),
+            &format!("{ctx}: setup"),
+        )?;
+        check_streams(&measure, &mut BTreeSet::new(), &format!("{ctx}: measure"))?;
+        check_streams(&teardown, &mut BTreeSet::new(), &format!("{ctx}: teardown"))?;
         out.push(Arc::new(FileJourney {
-            setup: compile_steps(&j.setup, &names, &format!("{ctx}: setup"))?,
-            measure: compile_steps(&j.measure, &names, &format!("{ctx}: measure"))?,
-            teardown: compile_steps(&j.teardown, &names, &format!("{ctx}: teardown"))?,
+            setup,
+            measure,
+            teardown,
             name: j.name,
             description: j.description,
             kind: j.kind.unwrap_or(Kind::Latency),
             concurrency_safe: j.concurrency_safe,
             needs_mock_llm: j.needs_mock_llm,
+            needs_runner: j.needs_runner,
             max_iterations: j.max_iterations,
+            report: j.report,
+            clocked,
             common: common.clone(),
         }));
     }
-    Ok(out)
+    Ok(JourneyFile {
+        journeys: out,
+        params,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -955,6 +1497,12 @@ struct Scope<'a> {
     base: &'a HashMap<String, String>,
     local: HashMap<String, String>,
     lists: &'a Lists,
+    /// Event streams opened by this sequence of steps (closed with it).
+    streams: HashMap<String, streams::OpenStream>,
+    /// When the event the last `wait` matched arrived.
+    matched_at: Option<Instant>,
+    clock_start: Option<Instant>,
+    clock_stop: Option<Instant>,
 }
 
 impl<'a> Scope<'a> {
@@ -963,6 +1511,10 @@ impl<'a> Scope<'a> {
             base,
             local: HashMap::new(),
             lists,
+            streams: HashMap::new(),
+            matched_at: None,
+            clock_start: None,
+            clock_stop: None,
         }
     }
 
@@ -1020,7 +1572,15 @@ async fn run_steps(
 ) -> Result<(), Failure> {
     let mut first = None;
     for step in steps {
-        if let Err(f) = run_step(env, common, step, scope, best_effort).await {
+        if step.clock == Some(Clock::Start) {
+            scope.clock_start = Some(Instant::now());
+        }
+        scope.matched_at = None;
+        let r = run_step(env, common, step, scope, best_effort).await;
+        if r.is_ok() && step.clock == Some(Clock::Stop) {
+            scope.clock_stop = Some(scope.matched_at.unwrap_or_else(Instant::now));
+        }
+        if let Err(f) = r {
             if !best_effort {
                 return Err(f);
             }
@@ -1041,6 +1601,9 @@ async fn run_step(
         && scope.is_set(name) == *negated
     {
         return Ok(());
+    }
+    if let StepKind::Wait(name) = &step.kind {
+        return wait_on(common, step, scope, name).await;
     }
     let mut first = None;
     let mut note = |r: Result<(), Failure>| -> Result<(), Failure> {
@@ -1088,12 +1651,17 @@ async fn run_once(
     index: Option<u32>,
     item: Option<&str>,
 ) -> Result<(), Failure> {
-    let (path, headers, body) = {
+    let (base, path, headers, body) = {
         let vars = Vars {
             scope,
             index: index.map(|i| i.to_string()),
             item,
         };
+        let base = step
+            .base
+            .as_ref()
+            .map(|b| b.render(&vars, false))
+            .transpose()?;
         let path = step.path.render(&vars, true)?;
         let mut headers = Vec::new();
         for (n, t) in &common.headers {
@@ -1120,6 +1688,15 @@ async fn run_once(
                     let data: Cow<'_, [u8]> = match &p.data {
                         PartData::Text(t) => Cow::Owned(t.render(&vars, false)?.into_bytes()),
                         PartData::Bytes(b) => Cow::Borrowed(&b[..]),
+                        PartData::TarGz(files) => {
+                            let mut rendered = Vec::with_capacity(files.len());
+                            for (name, t) in files {
+                                rendered.push((name.as_str(), t.render(&vars, false)?));
+                            }
+                            Cow::Owned(tar_gz(&rendered).map_err(|e| {
+                                Failure::other(format!("multipart {}: tar_gz: {e}", p.name))
+                            })?)
+                        }
                     };
                     rendered.push(MultipartPart {
                         name: &p.name,
@@ -1144,11 +1721,44 @@ async fn run_once(
                 header_value(n, t.render(&vars, false)?)?,
             );
         }
-        (path, headers, body)
+        (base, path, headers, body)
+    };
+    let other;
+    let client = match &base {
+        None => &env.client,
+        Some(b) => {
+            other = common.client_for(b)?;
+            &other
+        }
     };
     let timeout = step.timeout.or(common.timeout);
-    let r = env
-        .client
+    if let StepKind::Stream(name) = &step.kind {
+        let mut resp = client
+            .request_streaming(step.method.clone(), &path, &headers, body, timeout)
+            .await?;
+        let code = resp.status.as_u16();
+        let ok = match &step.expect {
+            Some(codes) => codes.contains(&code),
+            None => resp.status.is_success(),
+        };
+        if !ok {
+            let body = streams::body_start(&mut resp).await;
+            let mut detail = format!("{} {path}", step.method);
+            if !body.is_empty() {
+                detail.push_str(": ");
+                detail.push_str(&snippet(&body));
+            }
+            return Err(Failure::status(code, detail));
+        }
+        scope
+            .streams
+            .insert(name.clone(), streams::OpenStream::start(resp));
+        if step.until.is_some() {
+            return wait_on(common, step, scope, name).await;
+        }
+        return Ok(());
+    }
+    let r = client
         .request_with(step.method.clone(), &path, &headers, body, timeout)
         .await?;
     let code = r.status.as_u16();
@@ -1217,6 +1827,127 @@ async fn run_once(
         }
     }
     Ok(())
+}
+
+/// Default for how long a `wait` waits when neither the step nor `[defaults]` says.
+const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+
+/// Reads events of the open stream `name` until one matches the step's `until` (a `fail_on`
+/// match, the stream's end or the deadline first are failures), then captures from its data.
+async fn wait_on(
+    common: &Common,
+    step: &Step,
+    scope: &mut Scope<'_>,
+    name: &str,
+) -> Result<(), Failure> {
+    let (until, fail_on) = {
+        let vars = Vars {
+            scope,
+            index: None,
+            item: None,
+        };
+        let until = match &step.until {
+            Some(m) => m.render(&vars)?,
+            None => return Ok(()),
+        };
+        let fail_on = step
+            .fail_on
+            .iter()
+            .map(|m| m.render(&vars))
+            .collect::<Result<Vec<_>, _>>()?;
+        (until, fail_on)
+    };
+    let wait = step.timeout.or(common.timeout).unwrap_or(DEFAULT_WAIT);
+    let deadline = Instant::now() + wait;
+    let Some(stream) = scope.streams.get_mut(name) else {
+        return Err(Failure::other(format!("stream {name} is not open")));
+    };
+    let event = loop {
+        match stream.next(deadline).await {
+            None => {
+                return Err(Failure {
+                    reason: "timeout".into(),
+                    detail: format!("no {until} on stream {name} within {wait:?}"),
+                });
+            }
+            Some(streams::Item::End) => {
+                return Err(Failure {
+                    reason: format!("other: stream {name} ended before {until}"),
+                    detail: String::new(),
+                });
+            }
+            Some(streams::Item::Failed(f)) => return Err(f),
+            Some(streams::Item::Event(ev)) => {
+                if let Some(m) = fail_on.iter().find(|m| m.matches(&ev)) {
+                    return Err(Failure {
+                        reason: format!("other: {m} on stream {name}"),
+                        detail: format!("{m} on stream {name}: {}", snippet(ev.data.as_bytes())),
+                    });
+                }
+                if until.matches(&ev) {
+                    break ev;
+                }
+            }
+        }
+    };
+    scope.matched_at = Some(event.at);
+    if step.capture.is_empty() && step.collect.is_empty() {
+        return Ok(());
+    }
+    let Some(json) = &event.json else {
+        return Err(Failure::other(format!(
+            "capture: the data of {until} is not JSON: {}",
+            snippet(event.data.as_bytes())
+        )));
+    };
+    for (var, p) in &step.capture {
+        match p.get(json) {
+            Some(v) => {
+                scope.local.insert(var.clone(), v);
+            }
+            None if p.optional => {}
+            None => {
+                return Err(Failure {
+                    reason: format!("other: capture {var}: no value at {}", p.text),
+                    detail: format!(
+                        "{until} on stream {name}: capture {var}: no value at {}: {}",
+                        p.text,
+                        snippet(event.data.as_bytes())
+                    ),
+                });
+            }
+        }
+    }
+    for (list, p) in &step.collect {
+        if let Some(v) = p.get(json) {
+            scope
+                .lists
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(list.clone())
+                .or_default()
+                .push(v);
+        }
+    }
+    Ok(())
+}
+
+/// A gzipped tar (POSIX ustar) of `files`, reproducible: mode 0644, owner 0, time 0.
+fn tar_gz(files: &[(&str, String)]) -> std::io::Result<Vec<u8>> {
+    let gz = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), flate2::Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    for (name, text) in files {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(text.len() as u64);
+        h.set_mode(0o644);
+        h.set_mtime(0);
+        h.set_uid(0);
+        h.set_gid(0);
+        tar.append_data(&mut h, name, text.as_bytes())?;
+    }
+    tar.into_inner()?.finish()
 }
 
 /// The start of a body, for failure details.
@@ -1317,19 +2048,35 @@ impl Journey for FileJourney {
     fn needs_mock_llm(&self) -> bool {
         self.needs_mock_llm
     }
+    fn needs_runner(&self) -> bool {
+        self.needs_runner
+    }
     fn max_iterations(&self) -> Option<u32> {
         self.max_iterations
+    }
+    fn notes(&self, ctx: &Ctx) -> Vec<(String, String)> {
+        let Ok(state) = state_of(ctx) else {
+            return Vec::new();
+        };
+        self.report
+            .iter()
+            .filter_map(|n| Some((n.clone(), state.vars.get(n)?.clone())))
+            .collect()
     }
 
     fn setup<'a>(&'a self, env: &'a Env) -> BoxFuture<'a, Result<Ctx, Failure>> {
         Box::pin(async move {
-            let lists = Lists::default();
-            let none = HashMap::new();
-            let mut scope = Scope::new(&none, &lists);
             let common = &*self.common;
-            run_steps(env, common, &common.setup, &mut scope, false).await?;
-            run_steps(env, common, &self.setup, &mut scope, false).await?;
-            let vars = scope.local;
+            common.check_params()?;
+            let lists = Lists::default();
+            let local = {
+                let mut scope = Scope::new(&common.params, &lists);
+                run_steps(env, common, &common.setup, &mut scope, false).await?;
+                run_steps(env, common, &self.setup, &mut scope, false).await?;
+                std::mem::take(&mut scope.local)
+            };
+            let mut vars = common.params.clone();
+            vars.extend(local);
             Ok(Box::new(State { vars, lists }) as Ctx)
         })
     }
@@ -1342,8 +2089,15 @@ impl Journey for FileJourney {
         Box::pin(async move {
             let state = state_of(ctx)?;
             let mut scope = Scope::new(&state.vars, &state.lists);
+            let t0 = Instant::now();
             run_steps(env, &self.common, &self.measure, &mut scope, false).await?;
-            Ok(None)
+            if !self.clocked {
+                return Ok(None);
+            }
+            let end = Instant::now();
+            let start = scope.clock_start.unwrap_or(t0);
+            let stop = scope.clock_stop.unwrap_or(end);
+            Ok(Some(stop.saturating_duration_since(start)))
         })
     }
 
@@ -1508,7 +2262,7 @@ mod tests {
             .find_map(|s| match &s.body {
                 BodyT::Multipart(p) => match &p[0].data {
                     PartData::Bytes(b) => Some(b.clone()),
-                    PartData::Text(_) => None,
+                    PartData::Text(_) | PartData::TarGz(_) => None,
                 },
                 _ => None,
             });

@@ -154,6 +154,18 @@ pub trait Journey: Send + Sync {
         false
     }
 
+    /// Whether it needs the agent server's runner (a process that executes turns and holds the
+    /// agent's workspace): a full turn, or a file read from the workspace.
+    fn needs_runner(&self) -> bool {
+        false
+    }
+
+    /// Values its setup found that belong in the report beside the figures (e.g. the reply
+    /// length the LLM was configured with), as `(name, value)`. Called once after setup.
+    fn notes(&self, _ctx: &Ctx) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// Upper bound on timed operations per run: clamps `--iterations` down, never up.
     fn max_iterations(&self) -> Option<u32> {
         None

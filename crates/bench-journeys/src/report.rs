@@ -47,6 +47,9 @@ pub struct RunRow {
     pub cancelled: bool,
     /// Setup failed: nothing was timed.
     pub setup_failure: Option<String>,
+    /// What the journey's setup found for the report (e.g. `reply_tokens`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub notes: BTreeMap<String, String>,
 }
 
 impl RunRow {
@@ -77,6 +80,7 @@ impl RunRow {
             wall_s: r.wall_s,
             cancelled: r.cancelled,
             setup_failure: r.setup_failure.clone(),
+            notes: r.notes.clone(),
         }
     }
 }

@@ -51,6 +51,9 @@ pub struct RunResult {
     pub cancelled: bool,
     /// `setup` failed: nothing was timed.
     pub setup_failure: Option<String>,
+    /// What the setup found for the report ([`Journey::notes`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub notes: BTreeMap<String, String>,
 }
 
 /// What a runner tells its observer about each timed operation: its latency in ms, or why it
@@ -176,6 +179,7 @@ pub(crate) async fn run(
             return res;
         }
     };
+    res.notes = j.notes(&ctx).into_iter().collect();
     {
         let ctx = &ctx;
         futures_util::stream::iter(0..warmup)

@@ -194,6 +194,9 @@ pub fn listing(journeys: &[Arc<dyn Journey>]) -> String {
         if j.concurrency_safe() {
             flags.push("concurrency-safe".to_owned());
         }
+        if j.needs_runner() {
+            flags.push("needs-runner".to_owned());
+        }
         if j.needs_mock_llm() {
             flags.push("needs-mock-llm".to_owned());
         }

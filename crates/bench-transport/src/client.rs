@@ -167,6 +167,41 @@ pub struct SimpleResponse {
     pub body: Bytes,
 }
 
+/// A response whose body is read as it arrives ([`Client::request_streaming`]).
+pub struct StreamingResponse {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Response headers.
+    pub headers: HeaderMap,
+    body: Incoming,
+    /// Kept open while the body is read; dropped with it (never pooled again).
+    _conn: Conn,
+}
+
+impl std::fmt::Debug for StreamingResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamingResponse")
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamingResponse {
+    /// The next piece of the body as it arrived; `None` once the body ended.
+    pub async fn chunk(&mut self) -> Option<Result<Bytes, Error>> {
+        loop {
+            match self.body.frame().await? {
+                Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Some(Ok(data));
+                    }
+                }
+                Err(e) => return Some(Err(map_hyper_error(e, "reading the response stream"))),
+            }
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct ClientStats {
     redials: AtomicU64,
@@ -600,6 +635,38 @@ impl Client {
                     format!("no complete response to {path} within {timeout:?}"),
                 ))
             })
+    }
+
+    /// Sends a request and returns as soon as the response head arrives, with its body still
+    /// to read ([`StreamingResponse::chunk`]): for a server-sent event stream that lasts as
+    /// long as the caller wants. `head_timeout` bounds the wait for the head only (default: the
+    /// client's timeout); the body has no deadline of its own. Dropping the response closes its
+    /// connection (it never goes back to the pool).
+    pub async fn request_streaming(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(HeaderName, HeaderValue)],
+        body: Bytes,
+        head_timeout: Option<Duration>,
+    ) -> Result<StreamingResponse, Error> {
+        let timeout = head_timeout.unwrap_or(self.timeout);
+        match tokio::time::timeout(timeout, self.send(method, path, body.into(), headers)).await {
+            Ok(r) => {
+                let (resp, conn, _) = r?;
+                let (parts, body) = resp.into_parts();
+                Ok(StreamingResponse {
+                    status: parts.status,
+                    headers: parts.headers,
+                    body,
+                    _conn: conn,
+                })
+            }
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!("no response head for {path} within {timeout:?}"),
+            )),
+        }
     }
 
     /// `GET path`, whole body.

@@ -41,7 +41,7 @@ pub mod stream;
 pub mod tls;
 
 pub use body::Segments;
-pub use client::{Auth, Client, ClientConfig, RequestOptions, SimpleResponse};
+pub use client::{Auth, Client, ClientConfig, RequestOptions, SimpleResponse, StreamingResponse};
 pub use endpoint::{Endpoint, ParseEndpointError};
 pub use error::{Error, ErrorKind};
 pub use openai::{ChatMessage, ChatRequest, Role, StreamOptions, Usage};

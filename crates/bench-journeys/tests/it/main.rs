@@ -3,3 +3,4 @@
 
 mod declarative;
 mod omnigent;
+mod streams;
