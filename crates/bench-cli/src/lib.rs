@@ -55,9 +55,11 @@ pub struct Cli {
 pub enum Command {
     /// Serve the embedded OpenAI-compatible simulator until Ctrl-C.
     ///
-    /// Endpoints: POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics,
-    /// POST /flush_cache, POST /reset_prefix_cache. Latency is simulated by a continuous-batching
-    /// step loop (default), a fixed TTFT/ITL (--ttft-ms and --itl-ms), or no delay (--instant).
+    /// Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST
+    /// /v1/messages, GET /v1/models, GET /health, GET /metrics, POST /flush_cache, POST
+    /// /reset_prefix_cache; for tests POST /sim/hold, POST /sim/release, GET /sim/held and GET
+    /// /sim/config (see --hold). Latency is simulated by a continuous-batching step loop
+    /// (default), a fixed TTFT/ITL (--ttft-ms and --itl-ms), or no delay (--instant).
     Sim(SimArgs),
     /// Send one chat turn and print TTFT, e2e, TPOT, chunk count and token usage.
     ///
@@ -245,6 +247,11 @@ pub struct SimArgs {
     /// Send `x-worker-id: ID` on every response (for routing-stickiness tests).
     #[arg(long)]
     pub worker_id: Option<String>,
+    /// Start in hold mode: every generation request waits before its first output token (a
+    /// stream gets its headers and a `: held` comment every 100 ms) until POST /sim/release.
+    /// POST /sim/hold turns it on again; GET /sim/held?at_least=N waits until N are held.
+    #[arg(long)]
+    pub hold: bool,
     /// HTTPS.
     #[command(flatten)]
     pub tls: SimTlsArgs,
@@ -362,6 +369,7 @@ pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
     config.request_log = args.request_log.clone();
     config.session_header = args.session_header.clone();
     config.worker_id = args.worker_id.clone();
+    config.hold = args.hold;
     config.tls = args.tls.identity()?;
     let server = SimServer::start(config)
         .await

@@ -94,6 +94,10 @@ pub struct SimConfig {
     pub session_header: String,
     /// When set, every response carries the header `x-worker-id: <id>`. Default none.
     pub worker_id: Option<String>,
+    /// Start in hold mode: every generation request waits before its first output token until
+    /// `POST /sim/release` (or [`SimServer::release`](crate::SimServer::release)); see
+    /// `POST /sim/hold`. Default false.
+    pub hold: bool,
     /// Serve HTTPS with this identity instead of plain HTTP. Default none.
     #[serde(skip)]
     pub tls: Option<std::sync::Arc<crate::tls::SimTls>>,
@@ -122,6 +126,7 @@ impl Default for SimConfig {
             request_log: None,
             session_header: "x-session-id".to_owned(),
             worker_id: None,
+            hold: false,
             tls: None,
         }
     }
@@ -285,5 +290,7 @@ mod tests {
         assert_eq!(v["mode"]["kind"], "model");
         assert_eq!(v["flavor"], "vllm");
         assert_eq!(v["block_size"], 16);
+        assert_eq!(v["hold"], false);
+        assert!(v.get("tls").is_none());
     }
 }

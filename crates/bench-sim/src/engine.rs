@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::cache::{Alloc, BlockManager};
 use crate::config::SimConfig;
+use crate::hold::Hold;
 use crate::metrics::{Counters, Gauges};
 use crate::reqlog::RequestLog;
 use crate::store::{RESPONSE_STORE_CAP, ResponseStore};
@@ -42,6 +43,8 @@ pub(crate) struct Shared {
     pub(crate) next_request: AtomicU64,
     /// Becomes `true` (or its sender is dropped) when the server shuts down.
     pub(crate) shutdown: watch::Receiver<bool>,
+    /// The hold switch (`/sim/hold`, `/sim/release`, `/sim/held`).
+    pub(crate) hold: Arc<Hold>,
 }
 
 impl Shared {
@@ -52,7 +55,6 @@ impl Shared {
 }
 
 /// What a token source hands to the request's response writer.
-#[derive(Debug)]
 pub(crate) enum EngineEvent {
     /// The request was admitted and prefilled: first token, with its prefix-cache hit.
     First {
@@ -61,6 +63,9 @@ pub(crate) enum EngineEvent {
     },
     /// One more token.
     Token,
+    /// Hold mode was on when the request's turn for admission came: the engine hands the job
+    /// back, untouched, for the request to hold and queue again once released.
+    Held(Box<Job>),
 }
 
 /// A request waiting for admission.
@@ -153,11 +158,12 @@ impl State {
         Some((alloc, cached))
     }
 
-    /// Start of a step: drops requests whose client is gone, then admits waiting requests in
-    /// FIFO order while a batch slot and KV blocks are available, then hands out the step's
-    /// prefill budget (`max_num_batched_tokens`, chunked prefill) in admission order. Returns
-    /// the number of sequences that decode in this step and the prompt tokens prefilled in it.
-    fn start_step(&mut self, max_num_seqs: usize, budget: u64) -> (usize, u64) {
+    /// Start of a step: drops requests whose client is gone, then (with `hold` on) hands every
+    /// waiting request back to be held or (otherwise) admits waiting requests in FIFO order
+    /// while a batch slot and KV blocks are available, then hands out the step's prefill budget
+    /// (`max_num_batched_tokens`, chunked prefill) in admission order. Returns the number of
+    /// sequences that decode in this step and the prompt tokens prefilled in it.
+    fn start_step(&mut self, max_num_seqs: usize, budget: u64, hold: bool) -> (usize, u64) {
         let mut i = 0;
         while i < self.running.len() {
             if self.running[i].events.is_closed() {
@@ -165,6 +171,13 @@ impl State {
                 self.blocks.release(r.alloc);
             } else {
                 i += 1;
+            }
+        }
+        if hold {
+            for job in self.waiting.drain(..) {
+                let events = job.events.clone();
+                // A job whose client is gone is simply dropped.
+                let _ = events.send(EngineEvent::Held(Box::new(job)));
             }
         }
         while self.running.len() < max_num_seqs.max(1) {
@@ -283,9 +296,12 @@ pub(crate) async fn run_engine(shared: Arc<Shared>) {
             Some(t) if now.saturating_duration_since(t) <= MAX_LAG => t,
             _ => now,
         };
-        let (decoding, uncached) = shared
-            .lock()
-            .start_step(cfg.max_num_seqs, u64::from(cfg.max_num_batched_tokens));
+        let hold = shared.hold.is_on();
+        let (decoding, uncached) = shared.lock().start_step(
+            cfg.max_num_seqs,
+            u64::from(cfg.max_num_batched_tokens),
+            hold,
+        );
         #[allow(clippy::cast_precision_loss)]
         let step_ms = cfg.decode_step_base_ms
             + cfg.decode_step_ms_per_seq * decoding as f64

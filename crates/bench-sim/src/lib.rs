@@ -4,8 +4,9 @@
 //! `POST /v1/completions` (legacy), `POST /v1/responses` (OpenAI Responses API, with bounded
 //! server-side `previous_response_id` state) and `POST /v1/messages` (Anthropic Messages API);
 //! and `GET /v1/models`, `GET /health`, `GET /metrics` (vLLM or SGLang vocabulary, see
-//! [`Flavor`]) and the cache-flush endpoints `POST /flush_cache` / `POST /reset_prefix_cache`,
-//! on loopback, so every feature of bench runs without a GPU. The generation endpoints share one
+//! [`Flavor`]), the cache-flush endpoints `POST /flush_cache` / `POST /reset_prefix_cache` and
+//! the simulator's own control routes under `/sim/` (hold mode, below), on loopback, so every
+//! feature of bench runs without a GPU. The generation endpoints share one
 //! pipeline (prompt rendering, token count, prefix-cache keys, admission, the token schedule,
 //! request log, metrics, aborts) and differ only in request parsing and output shapes; a
 //! conversation renders the same prompt prefix on every turn of every endpoint, so the prefix
@@ -20,6 +21,11 @@
 //!   block hashes reports `cached_tokens`.
 //! - `Fixed { ttft, itl }`: every request gets exactly these delays, whatever the load.
 //! - `Instant`: no delay; still one SSE event per token (for client-capacity tests).
+//!
+//! For tests that must act on a request certainly in flight, hold mode (`POST /sim/hold`,
+//! [`SimServer::hold`], [`SimConfig::hold`]) stops every new generation request before its
+//! first output token until `POST /sim/release` ([`SimServer::release`]); `GET /sim/held`
+//! long-polls for the number held and `GET /sim/config` returns the [`SimConfig`].
 //!
 //! [`SimConfig::expected_ttft_ms`] and [`SimConfig::expected_tpot_ms`] give the model's
 //! prediction for an idle server; [`SimServer::stats`] a [`SimStats`] snapshot. Every random
@@ -46,6 +52,7 @@ mod cache;
 mod config;
 mod engine;
 mod error;
+mod hold;
 mod metrics;
 mod openai;
 mod prompt;

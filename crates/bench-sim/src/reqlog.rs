@@ -32,6 +32,9 @@ pub(crate) struct LogLine<'a> {
     pub(crate) stream: bool,
     /// `length`, `stop`, `aborted` or `error`.
     pub(crate) finish: &'a str,
+    /// Time spent held by `/sim/hold`, in ms (absent when never held).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) held_ms: Option<f64>,
 }
 
 /// Appends lines to a file; each line is flushed as it is written so none is lost at shutdown.

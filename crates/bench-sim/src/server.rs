@@ -29,6 +29,7 @@ use crate::cache::Alloc;
 use crate::config::{LatencyMode, SimConfig};
 use crate::engine::{EngineEvent, Job, Shared, State, run_engine, wait_shutdown};
 use crate::error::SimError;
+use crate::hold::{self, HeldQuery, Hold, Ticket};
 use crate::metrics;
 use crate::openai::{Usage, error_json};
 use crate::reqlog::{LogLine, RequestLog};
@@ -148,6 +149,7 @@ impl SimServer {
             .to_string(),
         );
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let config_hold = config.hold;
         let shared = Arc::new(Shared {
             state: std::sync::Mutex::new(State::new(&config)),
             config,
@@ -160,6 +162,7 @@ impl SimServer {
             idle: Notify::new(),
             next_request: std::sync::atomic::AtomicU64::new(0),
             shutdown: shutdown_rx,
+            hold: Arc::new(Hold::new(config_hold)),
         });
         let engine = matches!(shared.config.mode, LatencyMode::Model)
             .then(|| tokio::spawn(run_engine(Arc::clone(&shared))));
@@ -215,6 +218,24 @@ impl SimServer {
             kv_total_blocks: g.total_blocks,
             evicted_blocks_total: g.evicted_blocks_total,
         }
+    }
+
+    /// Turns hold mode on (as `POST /sim/hold` does): every generation request that arrives, or
+    /// whose turn for a batch slot comes, from now on waits before its first output token until
+    /// [`Self::release`].
+    pub fn hold(&self) {
+        self.shared.hold.hold();
+    }
+
+    /// Turns hold mode off and lets every held request go on (as `POST /sim/release` does);
+    /// returns the number released.
+    pub fn release(&self) -> usize {
+        self.shared.hold.release()
+    }
+
+    /// The number of requests held now.
+    pub fn held(&self) -> usize {
+        self.shared.hold.held()
     }
 
     /// Stops accepting, ends in-flight streams (their requests count as aborted), closes every
@@ -340,7 +361,7 @@ where
 }
 
 /// Every served path (other methods on them answer `405`, other paths `404`).
-const ENDPOINTS: [&str; 9] = [
+const ENDPOINTS: [&str; 13] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/responses",
@@ -350,11 +371,27 @@ const ENDPOINTS: [&str; 9] = [
     "/metrics",
     "/flush_cache",
     "/reset_prefix_cache",
+    "/sim/hold",
+    "/sim/release",
+    "/sim/held",
+    "/sim/config",
+];
+
+/// The paths besides the generation endpoints that answer only `POST` (the others of
+/// [`ENDPOINTS`] answer only `GET`).
+const POST_PATHS: [&str; 4] = [
+    "/flush_cache",
+    "/reset_prefix_cache",
+    "/sim/hold",
+    "/sim/release",
 ];
 
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> {
     let mut resp = match Api::from_path(req.uri().path()) {
         Some(api) if req.method() == Method::POST => generate(Arc::clone(&shared), req, api).await,
+        _ if req.method() == Method::GET && req.uri().path() == "/sim/held" => {
+            held(&shared, &req).await
+        }
         _ => route(&shared, &req),
     };
     if let Some(id) = &shared.worker_id {
@@ -397,6 +434,22 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<SimBody> {
                 SimBody::full("Cache flushed.\n"),
             )
         }
+        (&Method::POST, "/sim/hold") => {
+            let held = shared.hold.hold();
+            json_ok(serde_json::json!({"hold": true, "held": held}))
+        }
+        (&Method::POST, "/sim/release") => {
+            let released = shared.hold.release();
+            json_ok(serde_json::json!({"hold": false, "released": released}))
+        }
+        (&Method::GET, "/sim/config") => match serde_json::to_value(&shared.config) {
+            Ok(body) => json_ok(body),
+            Err(e) => error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalServerError",
+                &format!("cannot serialize the configuration: {e}"),
+            ),
+        },
         (_, path) if ENDPOINTS.contains(&path) => {
             let status = StatusCode::METHOD_NOT_ALLOWED;
             let message = format!("method {} not allowed on {path}", req.method());
@@ -405,7 +458,7 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<SimBody> {
                 Some(api) => api_error_response(api, &ApiError::new(status, message)),
                 None => error_response(status, "MethodNotAllowed", &message),
             };
-            let post = api.is_some() || matches!(path, "/flush_cache" | "/reset_prefix_cache");
+            let post = api.is_some() || POST_PATHS.contains(&path);
             let allow = if post { "POST" } else { "GET" };
             r.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static(allow));
@@ -417,6 +470,24 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<SimBody> {
             &format!("no route for {path}"),
         ),
     }
+}
+
+/// `GET /sim/held`: long-polls until the number held satisfies the query's bounds.
+async fn held(shared: &Shared, req: &Request<Incoming>) -> Response<SimBody> {
+    let q = match HeldQuery::parse(req.uri().query()) {
+        Ok(q) => q,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, "BadRequestError", &e),
+    };
+    let (status, body) = shared.hold.wait(&q, shared.shutdown.clone()).await;
+    respond(status, "application/json", SimBody::full(body))
+}
+
+fn json_ok(body: serde_json::Value) -> Response<SimBody> {
+    respond(
+        StatusCode::OK,
+        "application/json",
+        SimBody::full(body.to_string()),
+    )
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: SimBody) -> Response<SimBody> {
@@ -462,6 +533,10 @@ struct RequestGuard {
     /// Blocks held outside the engine (`Fixed`/`Instant` modes).
     alloc: Option<Alloc>,
     first_token_seen: bool,
+    /// Time spent held by `/sim/hold` so far (`None`: never held).
+    held: Option<Duration>,
+    /// Start of the hold the request is in now.
+    held_since: Option<Instant>,
 }
 
 impl RequestGuard {
@@ -484,6 +559,16 @@ impl RequestGuard {
             finish: None,
             alloc: None,
             first_token_seen: false,
+            held: None,
+            held_since: None,
+        }
+    }
+
+    /// Adds the hold the request is in (if any) to its held time.
+    fn end_hold(&mut self) {
+        if let Some(since) = self.held_since.take() {
+            let d = since.elapsed();
+            self.held = Some(self.held.map_or(d, |h| h + d));
         }
     }
 
@@ -505,6 +590,7 @@ impl RequestGuard {
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
+        self.end_hold();
         let e2e_s = self.recv.elapsed().as_secs_f64();
         let finish = self.finish.unwrap_or("aborted");
         {
@@ -544,6 +630,7 @@ impl Drop for RequestGuard {
                 status: self.status,
                 stream: self.stream,
                 finish,
+                held_ms: self.held.map(hold::round_ms),
             });
         }
         let mut st = self.shared.lock();
@@ -552,6 +639,21 @@ impl Drop for RequestGuard {
             self.shared.idle.notify_waiters();
         }
     }
+}
+
+/// How a request's tokens start: held first, or at once.
+enum Begin {
+    /// Held by `/sim/hold`: its source starts when it is released.
+    Held(Ticket, Start),
+    /// Its source has started.
+    Ready(Source),
+}
+
+/// What a request's token source is made from (see [`Generator::start`]).
+struct Start {
+    keys: Vec<u64>,
+    prompt_tokens: u32,
+    need_blocks: u64,
 }
 
 /// Where a request's tokens come from.
@@ -648,35 +750,10 @@ async fn generate(shared: Arc<Shared>, req: Request<Incoming>, api: Api) -> Resp
         }
     };
     let id_hex = format!("{:016x}{:016x}", rng.random::<u64>(), rng.random::<u64>());
-    let need_blocks = requested.div_ceil(u64::from(cfg.block_size));
-    let source = match cfg.mode {
-        LatencyMode::Model => {
-            let (events, rx) = mpsc::unbounded_channel();
-            shared.lock().waiting.push_back(Job {
-                keys,
-                prompt_tokens,
-                need_blocks,
-                out_len,
-                events,
-            });
-            shared.work.notify_one();
-            Source::Engine(rx)
-        }
-        mode => {
-            let mut st = shared.lock();
-            if let Some((alloc, cached)) = st.admit(&keys, prompt_tokens, need_blocks, true) {
-                guard.alloc = Some(alloc);
-                guard.usage.cached_tokens = cached;
-                st.direct_running += 1;
-            }
-            match mode {
-                LatencyMode::Fixed { ttft, itl } => Source::Fixed {
-                    first_at: recv + ttft.mul_f64(cfg.scale()),
-                    itl: itl.mul_f64(cfg.scale()),
-                },
-                _ => Source::Instant,
-            }
-        }
+    let start = Start {
+        keys,
+        prompt_tokens,
+        need_blocks: requested.div_ceil(u64::from(cfg.block_size)),
     };
     let model = parsed.model.as_deref().unwrap_or(&cfg.model);
     let stream = parsed.stream;
@@ -713,9 +790,15 @@ async fn generate(shared: Arc<Shared>, req: Request<Incoming>, api: Api) -> Resp
         shutdown: shared.shutdown.clone(),
         store,
     };
+    // The hold is decided here, after every check (a request that is refused is never held)
+    // and before the request takes a batch slot, KV blocks or a timer.
+    let begin = match generator.enter_hold() {
+        Some(ticket) => Begin::Held(ticket, start),
+        None => Begin::Ready(generator.start(start, recv)),
+    };
     if stream {
         generator.buf.reserve(FRAME_BYTES + 1024);
-        if matches!(source, Source::Instant) && generator.fill(FRAME_BYTES) {
+        if matches!(begin, Begin::Ready(Source::Instant)) && generator.fill(FRAME_BYTES) {
             // The whole answer fits in one frame: send it with the head, without a task or a
             // channel (one write instead of two; the simulator's cheapest path).
             generator.complete();
@@ -732,14 +815,14 @@ async fn generate(shared: Arc<Shared>, req: Request<Incoming>, api: Api) -> Resp
         let (tx, rx) = mpsc::channel(8);
         generator.tx = Some(tx);
         tokio::spawn(async move {
-            generator.run(source).await;
+            generator.run(begin).await;
         });
         let mut r = respond(StatusCode::OK, "text/event-stream", SimBody::Channel(rx));
         r.headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         r
     } else {
-        if !generator.run(source).await {
+        if !generator.run(begin).await {
             let e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the request was aborted");
             generator.guard.status = e.status.as_u16();
             return api_error_response(api, &e);
@@ -816,11 +899,111 @@ impl Generator {
         }
     }
 
-    fn on_event(&mut self, ev: EngineEvent) {
-        if let EngineEvent::First { cached_tokens } = ev {
-            self.guard.usage.cached_tokens = cached_tokens;
+    /// One engine event; a job handed back to be held is returned.
+    fn on_event(&mut self, ev: EngineEvent) -> Option<Box<Job>> {
+        match ev {
+            EngineEvent::First { cached_tokens } => {
+                self.guard.usage.cached_tokens = cached_tokens;
+                self.token();
+            }
+            EngineEvent::Token => self.token(),
+            EngineEvent::Held(job) => return Some(job),
         }
-        self.token();
+        None
+    }
+
+    /// Starts the request's token source: queues it for the engine (`Model`) or takes its KV
+    /// blocks and sets its first token `ttft` after `from` (`Fixed`) or at once (`Instant`).
+    fn start(&mut self, start: Start, from: Instant) -> Source {
+        let shared = Arc::clone(&self.guard.shared);
+        let cfg = &shared.config;
+        match cfg.mode {
+            LatencyMode::Model => {
+                let (events, rx) = mpsc::unbounded_channel();
+                shared.lock().waiting.push_back(Job {
+                    keys: start.keys,
+                    prompt_tokens: start.prompt_tokens,
+                    need_blocks: start.need_blocks,
+                    out_len: self.out_len,
+                    events,
+                });
+                shared.work.notify_one();
+                Source::Engine(rx)
+            }
+            mode => {
+                let mut st = shared.lock();
+                let admitted = st.admit(&start.keys, start.prompt_tokens, start.need_blocks, true);
+                if let Some((alloc, cached)) = admitted {
+                    self.guard.alloc = Some(alloc);
+                    self.guard.usage.cached_tokens = cached;
+                    st.direct_running += 1;
+                }
+                match mode {
+                    LatencyMode::Fixed { ttft, itl } => Source::Fixed {
+                        first_at: from + ttft.mul_f64(cfg.scale()),
+                        itl: itl.mul_f64(cfg.scale()),
+                    },
+                    _ => Source::Instant,
+                }
+            }
+        }
+    }
+
+    /// Holds the request if hold mode is on.
+    fn enter_hold(&mut self) -> Option<Ticket> {
+        let g = &mut self.guard;
+        let ticket = g.shared.hold.enter(g.endpoint, g.session.as_deref())?;
+        g.held_since = Some(ticket.since);
+        Some(ticket)
+    }
+
+    /// Waits for the release of a held request; `false` when it was aborted meanwhile (client
+    /// gone, server shutting down). A streamed request writes an SSE comment every
+    /// [`hold::HEARTBEAT`] meanwhile, so that a client that went away is noticed even when hyper
+    /// is not reading the socket (it may only see a closed socket when it writes to it).
+    async fn wait_held(&mut self, ticket: Ticket) -> bool {
+        let mut shutdown = self.shutdown.clone();
+        let tx = self.tx.clone();
+        let first_beat = Instant::now() + hold::HEARTBEAT;
+        let mut beat = tokio::time::interval_at(first_beat, hold::HEARTBEAT);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let ok = {
+            let released = ticket.released();
+            tokio::pin!(released);
+            loop {
+                tokio::select! {
+                    biased;
+                    r = &mut released => break r,
+                    () = wait_shutdown(&mut shutdown) => break false,
+                    () = closed(tx.as_ref()) => break false,
+                    _ = beat.tick(), if tx.is_some() => {
+                        let comment = Bytes::from_static(hold::HEARTBEAT_COMMENT);
+                        if let Some(Err(mpsc::error::TrySendError::Closed(_))) =
+                            tx.as_ref().map(|tx| tx.try_send(comment))
+                        {
+                            break false;
+                        }
+                    }
+                }
+            }
+        };
+        self.guard.end_hold();
+        drop(ticket);
+        ok
+    }
+
+    /// A job the engine handed back because hold mode is on: held until released (unless the
+    /// hold ended meanwhile), then queued again.
+    async fn hold_again(&mut self, job: Job) -> bool {
+        if let Some(ticket) = self.enter_hold() {
+            if !self.wait_held(ticket).await {
+                return false;
+            }
+        }
+        let shared = &self.guard.shared;
+        shared.lock().waiting.push_back(job);
+        shared.work.notify_one();
+        true
     }
 
     /// Produces tokens at once until done (`true`) or `limit` bytes are pending (`false`).
@@ -870,15 +1053,21 @@ impl Generator {
         }
     }
 
-    /// Runs to completion; `false` when aborted (client gone, server shutting down).
-    async fn run(&mut self, source: Source) -> bool {
-        let tx = self.tx.clone();
-        let closed = async move {
-            match tx {
-                Some(tx) => tx.closed().await,
-                None => std::future::pending().await,
+    /// Runs to completion (after the hold, if held); `false` when aborted (client gone, server
+    /// shutting down).
+    async fn run(&mut self, begin: Begin) -> bool {
+        let source = match begin {
+            Begin::Ready(source) => source,
+            Begin::Held(ticket, start) => {
+                if !self.wait_held(ticket).await {
+                    return false;
+                }
+                // Its timing starts now, as if it had just arrived.
+                self.start(start, Instant::now())
             }
         };
+        let tx = self.tx.clone();
+        let closed = async move { closed(tx.as_ref()).await };
         tokio::pin!(closed);
         match source {
             Source::Engine(mut rx) => {
@@ -891,12 +1080,18 @@ impl Generator {
                     let Some(ev) = ev else {
                         return false;
                     };
-                    self.on_event(ev);
-                    while !self.done() {
+                    let mut handed_back = self.on_event(ev);
+                    while handed_back.is_none() && !self.done() {
                         match rx.try_recv() {
-                            Ok(ev) => self.on_event(ev),
+                            Ok(ev) => handed_back = self.on_event(ev),
                             Err(_) => break,
                         }
+                    }
+                    if let Some(job) = handed_back {
+                        if !self.hold_again(*job).await {
+                            return false;
+                        }
+                        continue;
                     }
                     if !self.done() && !self.flush().await {
                         return false;
@@ -930,5 +1125,13 @@ impl Generator {
         // All tokens were produced: the request counts as finished even if this last write fails.
         self.flush().await;
         true
+    }
+}
+
+/// Resolves when the body channel's receiver is gone (the client left); never without one.
+async fn closed(tx: Option<&mpsc::Sender<Bytes>>) {
+    match tx {
+        Some(tx) => tx.closed().await,
+        None => std::future::pending().await,
     }
 }

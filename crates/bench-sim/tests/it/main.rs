@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 mod endpoints;
+mod hold;
 
 /// One HTTP/1.1 keep-alive connection.
 struct Client {
@@ -169,6 +170,10 @@ impl Client {
             while let Some(pos) = pending.windows(2).position(|w| w == b"\n\n") {
                 let event: Vec<u8> = pending.drain(..pos + 2).collect();
                 let text = std::str::from_utf8(&event)?.trim_end();
+                if text.starts_with(':') {
+                    // An SSE comment (a held request's heartbeat).
+                    continue;
+                }
                 let Some(payload) = text.strip_prefix("data: ") else {
                     bail!("event without data prefix: {text:?}");
                 };
