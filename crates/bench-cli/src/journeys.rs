@@ -18,8 +18,9 @@ use crate::{CliError, out};
 #[derive(Debug, Clone, Args)]
 pub struct JourneysCmd {
     /// Built-in pack: `openai` (any OpenAI-compatible server; the embedded simulator by
-    /// default) or `agent-sessions` (an agent server's session API, e.g. Omnigent) [default:
-    /// openai].
+    /// default), `agent-sessions` (an agent server's session API, e.g. Omnigent) or
+    /// `agent-turns` (full agent turns: needs a runner and an LLM behind the server; see
+    /// --list for its parameters) [default: openai].
     #[arg(long, conflicts_with = "file")]
     pub pack: Option<String>,
     /// Journeys from a declarative TOML file instead of a pack (see docs/journeys.md).
@@ -28,9 +29,14 @@ pub struct JourneysCmd {
     /// Only these journeys, in this order (comma-separated).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     pub journeys: Vec<String>,
-    /// List the journeys (name, kind, flags, description) and exit.
+    /// List the journeys (name, kind, flags, description) and the file's parameters, then
+    /// exit.
     #[arg(long)]
     pub list: bool,
+    /// A value for a parameter of the pack or file, `NAME=VALUE` (repeatable; --list shows
+    /// them). Recorded in the report: put secrets in the environment and use {{env.NAME}}.
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
     /// Server to time (http:// or https://). Without it the `openai` pack starts the embedded
     /// simulator; other journeys need it.
     #[arg(long, env = "BENCH_BASE_URL")]
@@ -110,7 +116,20 @@ impl JourneysCmd {
             }
             _ => EmbeddedSim::default(),
         };
+        let mut params = std::collections::BTreeMap::new();
+        for p in &self.params {
+            let Some((k, v)) = p.split_once('=') else {
+                return Err(CliError::Usage(format!("--param {p:?}: give NAME=VALUE")));
+            };
+            if params.insert(k.trim().to_owned(), v.to_owned()).is_some() {
+                return Err(CliError::Usage(format!(
+                    "--param {}: given twice",
+                    k.trim()
+                )));
+            }
+        }
         Ok(JourneysSpec {
+            params,
             pack: self.pack.clone(),
             file: self.file.clone(),
             journeys: self.journeys.clone(),
@@ -141,7 +160,20 @@ pub async fn run_journeys(args: JourneysCmd) -> Result<(), CliError> {
     let spec = args.to_spec()?;
     let journeys = spec.select().map_err(run_error)?;
     if args.list {
-        return out(&bench_journeys::suite::listing(&journeys));
+        let mut text = bench_journeys::suite::listing(&journeys);
+        let params = spec.file_params().map_err(run_error)?;
+        if !params.is_empty() {
+            text.push_str("\nparameters (--param NAME=VALUE):\n");
+            for p in &params {
+                let state = match (&p.value, &p.default) {
+                    (Some(v), Some(d)) if v == d => format!("default {d}"),
+                    (Some(v), _) => format!("= {v}"),
+                    (None, _) => "required".to_owned(),
+                };
+                text.push_str(&format!("  {:<16}{:<24}{}\n", p.name, state, p.description));
+            }
+        }
+        return out(&text);
     }
     if !(args.threshold.is_finite() && args.threshold >= 0.0) {
         return Err(CliError::Usage(

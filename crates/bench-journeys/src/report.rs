@@ -246,6 +246,25 @@ impl Report {
                     if r.cancelled { " (cancelled)" } else { "" }
                 );
             }
+            // What the setup found (e.g. the reply length), once per journey when the runs
+            // agree.
+            if let Some(first) = j.runs.first().map(|r| &r.notes)
+                && !first.is_empty()
+            {
+                let same = j.runs.iter().all(|r| &r.notes == first);
+                let notes: Vec<String> = first.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let _ = writeln!(
+                    out,
+                    "{:<28}{}{}",
+                    "",
+                    notes.join(" "),
+                    if same {
+                        ""
+                    } else {
+                        " (run 1; later runs differ)"
+                    }
+                );
+            }
             if j.runs.len() > 1 {
                 let s = &j.summary;
                 let _ = writeln!(

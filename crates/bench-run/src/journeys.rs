@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +49,12 @@ use crate::{CancelledBy, Events, Notice, RunError, lifecycle};
 
 /// The pack run when the spec names neither a pack nor a file.
 pub const DEFAULT_PACK: &str = "openai";
+
+/// All the journeys of a pack or file, and the declarative file (none for `openai`).
+type Loaded = (
+    Vec<Arc<dyn Journey>>,
+    Option<bench_journeys::declarative::JourneyFile>,
+);
 
 /// A journeys suite: which journeys, against what, how many times, and its gates. Every field
 /// has a default: `{}` is the `openai` pack against the embedded simulator. Unknown fields
@@ -89,6 +96,11 @@ pub struct JourneysSpec {
     pub tls: bench_transport::TlsOptions,
     /// The API the `openai` pack's generation journeys call (`chat` by default).
     pub endpoint: bench_transport::Endpoint,
+    /// Values for the `[params]` of a declarative pack or file (e.g. the `agent-turns` pack's
+    /// `runner_id` and `llm_url`). Recorded in `run.json` and the report: pass secrets as
+    /// `{{env.NAME}}` in the file instead.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, String>,
 }
 
 impl Default for JourneysSpec {
@@ -111,6 +123,7 @@ impl Default for JourneysSpec {
             max_p99_ms: None,
             tls: bench_transport::TlsOptions::default(),
             endpoint: bench_transport::Endpoint::Chat,
+            params: BTreeMap::new(),
         }
     }
 }
@@ -139,22 +152,54 @@ impl JourneysSpec {
     }
 
     /// The journeys of the pack or file, picked by `journeys` in that order. An unreadable or
-    /// malformed file, an unknown pack or journey is [`RunError::Invalid`].
+    /// malformed file, an unknown pack, journey or parameter is [`RunError::Invalid`]; a
+    /// parameter without a value is not (see [`JourneysSpec::validate`]).
     pub fn select(&self) -> Result<Vec<Arc<dyn Journey>>, RunError> {
-        let all = match (&self.file, &self.pack) {
+        let (all, _) = self.load()?;
+        bench_journeys::select(all, &self.journeys).map_err(RunError::Invalid)
+    }
+
+    /// The `[params]` of the declarative pack or file, with the values they get (empty for the
+    /// `openai` pack).
+    pub fn file_params(&self) -> Result<Vec<bench_journeys::declarative::Param>, RunError> {
+        Ok(self
+            .load()?
+            .1
+            .map(|f| f.params().to_vec())
+            .unwrap_or_default())
+    }
+
+    /// All the journeys, and the declarative file they come from (none for `openai`).
+    fn load(&self) -> Result<Loaded, RunError> {
+        let parse = |name: &str, text: &str| {
+            bench_journeys::declarative::parse_with(name, text, &self.params)
+        };
+        let file = match (&self.file, &self.pack) {
             (Some(_), Some(_)) => return Err(invalid("pack and file are exclusive: give one")),
             (Some(f), None) => {
                 let text = std::fs::read_to_string(f)
                     .map_err(|e| invalid(format!("file {}: {e}", f.display())))?;
-                bench_journeys::declarative::parse(&f.display().to_string(), &text)
-                    .map_err(|e| invalid(e.to_string()))?
-                    .journeys()
+                parse(&f.display().to_string(), &text).map_err(|e| invalid(e.to_string()))?
             }
             (None, pack) => {
                 let name = pack.as_deref().unwrap_or(DEFAULT_PACK);
-                match bench_journeys::packs::pack(name) {
-                    Some(Ok(j)) => j,
-                    Some(Err(e)) => return Err(RunError::Failed(format!("the {name} pack: {e}"))),
+                if name == DEFAULT_PACK {
+                    if let Some(k) = self.params.keys().next() {
+                        return Err(invalid(format!(
+                            "unknown parameter {k:?}: the {name} pack takes no parameters"
+                        )));
+                    }
+                    return Ok((bench_journeys::packs::openai::journeys(), None));
+                }
+                match bench_journeys::packs::file(name) {
+                    Some((file_name, text)) => parse(file_name, text).map_err(|e| {
+                        // An unknown parameter is the caller's mistake; anything else is ours.
+                        if e.message.starts_with("unknown parameter") {
+                            invalid(format!("the {name} pack: {}", e.message))
+                        } else {
+                            RunError::Failed(format!("the {name} pack: {e}"))
+                        }
+                    })?,
                     None => {
                         return Err(invalid(format!(
                             "unknown pack {name:?}; known: {}",
@@ -164,7 +209,7 @@ impl JourneysSpec {
                 }
             }
         };
-        bench_journeys::select(all, &self.journeys).map_err(RunError::Invalid)
+        Ok((file.journeys(), Some(file)))
     }
 
     /// Checks every value; the first problem is one line naming the field.
@@ -174,7 +219,11 @@ impl JourneysSpec {
 
     /// [`JourneysSpec::validate`], returning the selected journeys.
     fn check(&self) -> Result<Vec<Arc<dyn Journey>>, RunError> {
-        let journeys = self.select()?;
+        let (all, file) = self.load()?;
+        if let Some(m) = file.as_ref().and_then(|f| f.missing_params()) {
+            return Err(invalid(format!("{}: {m}", self.source())));
+        }
+        let journeys = bench_journeys::select(all, &self.journeys).map_err(RunError::Invalid)?;
         for (field, v) in [
             ("runs", self.runs),
             ("iterations", self.iterations),

@@ -12,7 +12,17 @@ pub const NAMES: [&str; 2] = ["openai", "agent-sessions"];
 /// The `agent-sessions` pack: an agent server's session API (Omnigent's), as a declarative file.
 pub const AGENT_SESSIONS_TOML: &str = include_str!("agent-sessions.toml");
 
-/// The journeys of a built-in pack; `None` for an unknown name.
+/// A declarative built-in pack's file name and text; `None` for `openai` (code) and unknown
+/// names.
+pub fn file(name: &str) -> Option<(&'static str, &'static str)> {
+    match name {
+        "agent-sessions" => Some(("agent-sessions.toml", AGENT_SESSIONS_TOML)),
+        _ => None,
+    }
+}
+
+/// The journeys of a built-in pack (declarative ones with their parameters' defaults);
+/// `None` for an unknown name.
 pub fn pack(name: &str) -> Option<Result<Vec<Arc<dyn Journey>>, crate::declarative::FileError>> {
     match name {
         "openai" => Some(Ok(openai::journeys())),
