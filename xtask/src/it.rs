@@ -8,11 +8,16 @@
 //!   sessions of the bundled sample with `bench run` into `target/it/llama-run/` and checks the
 //!   records: every turn ok, server-reported token usage, TTFT, prefix-cache hits.
 //! * `omnigent` — the Omnigent agent server (PyPI `omnigent`, Python 3.12) as the target of the
-//!   `agent-sessions` journey pack. Creates or reuses a venv in `target/it/omnigent-venv`,
-//!   starts the server with all its state in `target/it/og` (`xtask/scripts/omnigent_server.py`,
-//!   log in `target/it/og/server.log`), runs `bench journeys --pack agent-sessions` once in
-//!   latency mode and once in throughput mode and checks the reports: all 7 journeys, every
-//!   operation ok, no setup failure.
+//!   `agent-sessions` and `agent-turns` journey packs. Creates or reuses a venv in
+//!   `target/it/omnigent-venv`, starts `bench sim` as the agent's LLM (log in
+//!   `target/it/omnigent-sim.jsonl`) and the server with a runner, all their state in
+//!   `target/it/og` (`xtask/scripts/omnigent_server.py --runner`, log in
+//!   `target/it/og/server.log`). Runs `agent-sessions` in latency and throughput mode, then
+//!   `agent-turns` (the five journeys that need the runner and the LLM) over chat completions
+//!   and its four turn journeys again over the Responses API; checks every report (every
+//!   operation ok, no setup failure, the reply length reported), the simulator's log (both APIs
+//!   called, every request held for an interrupt cancelled), that every turn session was
+//!   deleted, and that stopping the launcher left no process or tmux server behind.
 
 use bench_rundir::{CountSource, TurnRecord, TurnStatus};
 use std::collections::BTreeMap;
@@ -320,9 +325,10 @@ impl Server {
         })
     }
 
-    /// Starts `xtask/scripts/omnigent_server.py --dir DIR` (all server state in DIR, its
-    /// output and the launcher's stderr in DIR/server.log) and waits for its `READY URL` line.
-    fn start_omnigent(venv: &Path, dir: &Path) -> Result<(Self, String)> {
+    /// Starts `xtask/scripts/omnigent_server.py --dir DIR --runner` (all server state in DIR,
+    /// its output and the launcher's stderr in DIR/server.log) and waits for its `RUNNER ID`
+    /// and `READY URL` lines: returns the server, its URL and the runner's id.
+    fn start_omnigent(venv: &Path, dir: &Path) -> Result<(Self, String, String)> {
         let log = dir.join("server.log");
         // Appended to by the launcher too (the server's output).
         let err = std::fs::OpenOptions::new()
@@ -340,6 +346,7 @@ impl Server {
             .arg(script)
             .arg("--dir")
             .arg(dir)
+            .arg("--runner")
             .args(["--timeout", &OMNIGENT_START_TIMEOUT.as_secs().to_string()])
             // A pipe the launcher watches: EOF (closing it, or this process dying) stops it.
             .stdin(Stdio::piped())
@@ -350,14 +357,16 @@ impl Server {
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().context("no launcher stdout")?;
         let (tx, rx) = mpsc::channel();
+        let (runner_tx, runner_rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                match line.strip_prefix("READY ") {
-                    Some(url) => {
-                        let _ = tx.send(url.trim().to_string());
-                    }
-                    None => eprintln!("xtask it omnigent: launcher: {line}"),
+                if let Some(id) = line.strip_prefix("RUNNER ") {
+                    let _ = runner_tx.send(id.trim().to_string());
+                } else if let Some(url) = line.strip_prefix("READY ") {
+                    let _ = tx.send(url.trim().to_string());
+                } else {
+                    eprintln!("xtask it omnigent: launcher: {line}");
                 }
             }
         });
@@ -368,12 +377,40 @@ impl Server {
             ready: false,
             log,
         };
-        // A little longer than the launcher's own timeout, so its message reaches the log.
-        server.wait_ready(
-            "the omnigent server",
-            OMNIGENT_START_TIMEOUT + Duration::from_secs(5),
+        // The launcher waits for the server, then for the runner: a little longer than both its
+        // timeouts, so its message reaches the log.
+        let (server, url) = server.wait_ready(
+            "the omnigent server and its runner",
+            2 * OMNIGENT_START_TIMEOUT + Duration::from_secs(5),
             || rx.try_recv().ok(),
-        )
+        )?;
+        // RUNNER comes before READY.
+        let runner = runner_rx
+            .recv_timeout(Duration::from_secs(1))
+            .context("the launcher said READY without a RUNNER line")?;
+        Ok((server, url, runner))
+    }
+
+    /// Stops the launcher (EOF on its stdin: it stops the runner, then the server, then looks
+    /// for leftover processes) and returns its exit status: 0 clean, 3 when something it
+    /// started was left behind (named by `LEAK` lines in the log), 1 when a process died on
+    /// its own.
+    fn stop(mut self, limit: Duration) -> Result<std::process::ExitStatus> {
+        drop(self.stdin.take());
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if t0.elapsed() > limit {
+                bail!(
+                    "the {} launcher did not stop within {} s of closing its stdin",
+                    self.task,
+                    limit.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Polls `ready` for the server's address until the launcher exits or `timeout` passes;
@@ -849,67 +886,228 @@ fn omnigent() -> Result<()> {
     let bench = build_bench("omnigent", &root)?;
     let build_s = t.elapsed().as_secs_f64();
 
-    // All server state, fresh each time and kept afterwards for a look. Short: the server's
-    // harness sockets go under it (they are not used by these journeys).
-    let dir = it_dir.join("og");
+    // All server state, fresh each time and kept afterwards for a look.
+    let dir = omnigent_dir(&it_dir);
     if dir.exists() {
         std::fs::remove_dir_all(&dir)
             .with_context(|| format!("cannot remove {}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let socket_len = dir.as_os_str().len() + SOCKET_SUFFIX_LEN;
-    if socket_len > SUN_PATH_MAX {
-        eprintln!(
-            "xtask it omnigent: warning: harness socket paths under {} would be {socket_len} \
-             bytes (limit {SUN_PATH_MAX}); the journeys do not need them",
-            dir.display()
-        );
-    }
+
+    // The agent's LLM: the simulator, with fixed timing and a fixed reply length.
+    let sim_log = it_dir.join("omnigent-sim.jsonl");
+    let _ = std::fs::remove_file(&sim_log);
+    let sim = Sim::start(&bench, &sim_log)?;
+    eprintln!(
+        "xtask it omnigent: bench sim at {} (log {})",
+        sim.url,
+        sim_log.display()
+    );
 
     let t = Instant::now();
-    let (server, base) = Server::start_omnigent(&venv, &dir)?;
+    let (server, base, runner) = Server::start_omnigent(&venv, &dir)?;
     let start_s = t.elapsed().as_secs_f64();
-    eprintln!("xtask it omnigent: listening on {base} after {start_s:.1} s");
+    eprintln!("xtask it omnigent: listening on {base}, runner {runner}, after {start_s:.1} s");
 
     let t = Instant::now();
-    let outcome = agent_journeys(&bench, &root, &it_dir, &base);
+    let outcome = (|| {
+        let mut lines = agent_journeys(&bench, &root, &it_dir, &base)?;
+        lines.extend(turn_journeys(
+            &bench, &root, &it_dir, &base, &runner, &sim.url,
+        )?);
+        lines.push(check_sim_log(&sim_log)?);
+        lines.push(check_no_turn_sessions(&base)?);
+        Ok::<_, anyhow::Error>(lines)
+    })();
     let run_s = t.elapsed().as_secs_f64();
     if outcome.is_err() {
         server.print_log_tail(40);
     }
     let t = Instant::now();
-    drop(server);
+    let log = server.log.clone();
+    let stopped = server.stop(Duration::from_secs(60));
     let stop_s = t.elapsed().as_secs_f64();
-    let summaries = outcome?;
-    for s in &summaries {
-        println!("xtask it omnigent: ok: {s}");
+    drop(sim);
+    let lines = outcome?;
+    let status = stopped?;
+    let leaks: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("LEAK "))
+        .map(str::to_owned)
+        .collect();
+    if !status.success() || !leaks.is_empty() {
+        bail!(
+            "the omnigent launcher exited with {status} after the journeys; {} process(es) left behind{}",
+            leaks.len(),
+            leaks
+                .iter()
+                .map(|l| format!("\n  {}", l.chars().take(200).collect::<String>()))
+                .collect::<String>()
+        );
+    }
+    let left = processes_under(&dir);
+    if !left.is_empty() {
+        bail!(
+            "processes still running under {} after the launcher stopped:\n  {}",
+            dir.display(),
+            left.join("\n  ")
+        );
+    }
+    for l in &lines {
+        println!("xtask it omnigent: ok: {l}");
     }
     println!(
-        "xtask it omnigent: times: venv {install_s:.1} s ({}), build {build_s:.1} s, server \
-         start {start_s:.1} s, bench journeys {run_s:.1} s, server stop {stop_s:.1} s, total \
-         {:.1} s",
+        "xtask it omnigent: times: venv {install_s:.1} s ({}), build {build_s:.1} s, server and \
+         runner start {start_s:.1} s, bench journeys {run_s:.1} s, stop {stop_s:.1} s (no \
+         process or tmux server left), total {:.1} s",
         if installed { "installed" } else { "reused" },
         t_all.elapsed().as_secs_f64()
     );
     Ok(())
 }
 
+/// `target/it/og`, or a short directory under the system's temp dir when the checkout's path
+/// is so long that the harness and tmux sockets the runner creates under it would not fit in
+/// a Unix socket path.
+fn omnigent_dir(it_dir: &Path) -> PathBuf {
+    let dir = it_dir.join("og");
+    let socket_len = dir.as_os_str().len() + SOCKET_SUFFIX_LEN;
+    if socket_len <= SUN_PATH_MAX {
+        return dir;
+    }
+    let short = std::env::temp_dir().join(format!("bench-og-{}", std::process::id()));
+    eprintln!(
+        "xtask it omnigent: harness socket paths under {} would be {socket_len} bytes (limit \
+         {SUN_PATH_MAX}); using {} instead",
+        dir.display(),
+        short.display()
+    );
+    short
+}
+
+/// Live processes whose command line or working directory names `dir` (zombies aside).
+fn processes_under(dir: &Path) -> Vec<String> {
+    let needle = dir.display().to_string();
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let p = e.path();
+        let zombie = std::fs::read_to_string(p.join("stat"))
+            .ok()
+            .and_then(|st| {
+                st.rsplit_once(')')
+                    .map(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if zombie {
+            continue;
+        }
+        let cmd = std::fs::read(p.join("cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .unwrap_or_default();
+        let cwd = std::fs::read_link(p.join("cwd"))
+            .map(|c| c.display().to_string())
+            .unwrap_or_default();
+        if cmd.contains(&needle) || cwd.starts_with(&needle) {
+            out.push(format!(
+                "{pid} {}",
+                cmd.chars().take(160).collect::<String>()
+            ));
+        }
+    }
+    out
+}
+
+/// `bench sim` as the agent's LLM: 20 ms to the first token, 2 ms between tokens, 16-token
+/// replies (agent turns send no `max_tokens`), every request logged. Killed when dropped.
+struct Sim {
+    child: Child,
+    url: String,
+}
+
+/// The simulator's settings for the agent-turn journeys.
+const SIM_ARGS: [&str; 8] = [
+    "--ttft-ms",
+    "20",
+    "--itl-ms",
+    "2",
+    "--default-max-tokens",
+    "16",
+    "--port",
+    "0",
+];
+/// Replies of the simulator, in tokens (`--default-max-tokens` above).
+const SIM_REPLY_TOKENS: &str = "16";
+
+impl Sim {
+    fn start(bench: &Path, log: &Path) -> Result<Sim> {
+        let mut child = Command::new(bench)
+            .arg("sim")
+            .args(SIM_ARGS)
+            .arg("--request-log")
+            .arg(log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("cannot start bench sim")?;
+        let stdout = child.stdout.take().context("no bench sim stdout")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                    let _ = tx.send(url.to_string());
+                }
+            }
+        });
+        let sim = |url| Sim { child, url };
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => Ok(sim(url)),
+            Err(_) => {
+                let mut s = sim(String::new());
+                let _ = s.child.kill();
+                bail!("bench sim did not say where it listens within 30 s")
+            }
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The `agent-sessions` pack once in latency mode and once in throughput mode; one summary
-/// line per run.
+/// line per run and per journey.
 fn agent_journeys(bench: &Path, root: &Path, it_dir: &Path, base: &str) -> Result<Vec<String>> {
-    let latency = run_agent_journeys(
+    let expect: Vec<(&str, u64)> = AGENT_JOURNEYS.iter().map(|j| (*j, 10)).collect();
+    let mut lines = run_pack(
         bench,
         root,
-        base,
+        &["--pack", "agent-sessions", "--base-url", base],
         &["--iterations", "10", "--warmup", "2", "--runs", "1"],
         &it_dir.join("omnigent-journeys.json"),
         "latency",
-        10,
+        &expect,
     )?;
-    let throughput = run_agent_journeys(
+    let expect: Vec<(&str, u64)> = AGENT_JOURNEYS.iter().map(|j| (*j, 20)).collect();
+    lines.extend(run_pack(
         bench,
         root,
-        base,
+        &["--pack", "agent-sessions", "--base-url", base],
         &[
             "--iterations",
             "10",
@@ -924,24 +1122,90 @@ fn agent_journeys(bench: &Path, root: &Path, it_dir: &Path, base: &str) -> Resul
         ],
         &it_dir.join("omnigent-journeys-c4.json"),
         "throughput",
-        20,
-    )?;
-    Ok(vec![latency, throughput])
+        &expect,
+    )?);
+    Ok(lines)
 }
 
-/// Runs `bench journeys --pack agent-sessions` (its table goes to stdout) and checks its exit
-/// status and its report.
-fn run_agent_journeys(
+/// The journeys of the `agent-turns` pack that drive a turn (capped at 5 operations).
+const TURN_JOURNEYS: [&str; 4] = [
+    "session_cold_start",
+    "warm_turn",
+    "time_to_first_token",
+    "interrupt",
+];
+/// Untimed operations before the timed ones, per agent-turn journey.
+const TURN_WARMUP: u64 = 1;
+
+/// The `agent-turns` pack: all five journeys over chat completions, then the four turn
+/// journeys once more with the agent's harness calling the Responses API.
+fn turn_journeys(
     bench: &Path,
     root: &Path,
+    it_dir: &Path,
     base: &str,
+    runner: &str,
+    llm: &str,
+) -> Result<Vec<String>> {
+    let runner_p = format!("runner_id={runner}");
+    let llm_p = format!("llm_url={llm}");
+    let pack = [
+        "--pack",
+        "agent-turns",
+        "--base-url",
+        base,
+        "--param",
+        &runner_p,
+        "--param",
+        &llm_p,
+    ];
+    let warmup = TURN_WARMUP.to_string();
+    let opts = ["--iterations", "10", "--warmup", &warmup, "--runs", "1"];
+    let mut expect: Vec<(&str, u64)> = TURN_JOURNEYS.iter().map(|j| (*j, 5)).collect();
+    expect.push(("read_runner_file", 10));
+    let mut lines = run_pack(
+        bench,
+        root,
+        &pack,
+        &opts,
+        &it_dir.join("omnigent-turns.json"),
+        "latency",
+        &expect,
+    )?;
+    let mut pack_r = pack.to_vec();
+    pack_r.extend([
+        "--param",
+        "use_responses=true",
+        "--journeys",
+        "session_cold_start,warm_turn,time_to_first_token,interrupt",
+    ]);
+    expect.pop();
+    lines.extend(run_pack(
+        bench,
+        root,
+        &pack_r,
+        &opts,
+        &it_dir.join("omnigent-turns-responses.json"),
+        "latency (responses)",
+        &expect,
+    )?);
+    Ok(lines)
+}
+
+/// Runs `bench journeys` with `pack` and `extra` (its table goes to stdout) and checks its exit
+/// status and its report.
+fn run_pack(
+    bench: &Path,
+    root: &Path,
+    pack: &[&str],
     extra: &[&str],
     output: &Path,
     mode: &str,
-    n_success: u64,
-) -> Result<String> {
+    expect: &[(&str, u64)],
+) -> Result<Vec<String>> {
     let _ = std::fs::remove_file(output);
-    let mut args = vec!["journeys", "--pack", "agent-sessions", "--base-url", base];
+    let mut args = vec!["journeys"];
+    args.extend_from_slice(pack);
     args.extend_from_slice(extra);
     eprintln!(
         "xtask it omnigent: bench {} --output {}",
@@ -955,10 +1219,7 @@ fn run_agent_journeys(
         .current_dir(root)
         .status()
         .with_context(|| format!("cannot run {}", bench.display()))?;
-    match (
-        status.success(),
-        check_agent_report(output, mode, n_success),
-    ) {
+    match (status.success(), check_report(output, mode, expect)) {
         (true, checked) => checked,
         (false, Err(e)) => Err(e.context(format!("bench journeys exited with {status}"))),
         (false, Ok(_)) => {
@@ -967,9 +1228,11 @@ fn run_agent_journeys(
     }
 }
 
-/// Checks a `bench journeys` report: every journey of the pack, run in `mode`, `n_success`
-/// operations ok and none failed, no setup failure. Every problem found is listed in the error.
-fn check_agent_report(path: &Path, mode: &str, n_success: u64) -> Result<String> {
+/// Checks a `bench journeys` report: exactly the journeys of `expect`, run in `mode` (its first
+/// word), each with its number of operations ok and none failed, no setup failure; the turn
+/// journeys report the simulator's reply length. Every problem found is listed in the error.
+/// Returns a line for the run and one per journey (p50/p95).
+fn check_report(path: &Path, mode: &str, expect: &[(&str, u64)]) -> Result<Vec<String>> {
     let report: Value = serde_json::from_str(
         &std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?,
@@ -978,15 +1241,16 @@ fn check_agent_report(path: &Path, mode: &str, n_success: u64) -> Result<String>
     let journeys = report["journeys"]
         .as_object()
         .with_context(|| format!("{}: no journeys", path.display()))?;
+    let want_mode = mode.split_whitespace().next().unwrap_or(mode);
     let mut problems = Vec::new();
-    let (mut p50, mut rps) = (Vec::new(), Vec::new());
-    for name in AGENT_JOURNEYS {
+    let mut lines = Vec::new();
+    for &(name, n_success) in expect {
         let Some(j) = journeys.get(name) else {
             problems.push(format!("{name}: missing"));
             continue;
         };
-        if j["mode"] != mode {
-            problems.push(format!("{name}: mode {} (want {mode:?})", j["mode"]));
+        if j["mode"] != want_mode {
+            problems.push(format!("{name}: mode {} (want {want_mode:?})", j["mode"]));
         }
         let s = &j["summary"];
         if s["n_failures"] != 0 {
@@ -1014,13 +1278,24 @@ fn check_agent_report(path: &Path, mode: &str, n_success: u64) -> Result<String>
             if let Some(f) = r["setup_failure"].as_str() {
                 problems.push(format!("{name} run {}: setup failed: {f}", r["run"]));
             }
+            if TURN_JOURNEYS.contains(&name) && r["notes"]["reply_tokens"] != SIM_REPLY_TOKENS {
+                problems.push(format!(
+                    "{name} run {}: reports reply_tokens {} (the simulator replies {SIM_REPLY_TOKENS})",
+                    r["run"], r["notes"]["reply_tokens"]
+                ));
+            }
         }
-        p50.extend(s["avg_p50_ms"].as_f64());
-        rps.extend(s["avg_rps"].as_f64());
+        let ms = |k: &str| s[k].as_f64().map_or("—".into(), |v| format!("{v:.1}"));
+        lines.push(format!(
+            "  {mode}: {name:<26} p50 {:>8} ms  p95 {:>8} ms  ({} ok)",
+            ms("avg_p50_ms"),
+            ms("avg_p95_ms"),
+            s["n_success"]
+        ));
     }
     for name in journeys.keys() {
-        if !AGENT_JOURNEYS.contains(&name.as_str()) {
-            problems.push(format!("{name}: not a journey of the agent-sessions pack"));
+        if !expect.iter().any(|(n, _)| n == name) {
+            problems.push(format!("{name}: not expected in this run"));
         }
     }
     if !problems.is_empty() {
@@ -1031,16 +1306,87 @@ fn check_agent_report(path: &Path, mode: &str, n_success: u64) -> Result<String>
             problems.join("\n  - ")
         );
     }
-    let range = |v: &[f64], digits: usize| {
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(0.0, f64::max);
-        format!("{lo:.digits$}–{hi:.digits$}")
-    };
+    lines.insert(
+        0,
+        format!(
+            "{mode}: {} journeys, every operation ok ({})",
+            expect.len(),
+            path.display()
+        ),
+    );
+    Ok(lines)
+}
+
+/// The simulator's request log after both agent-turn runs: the harness called chat
+/// completions, then the Responses API; every request the interrupt journey held was
+/// cancelled (aborted while held), one per interrupt operation (timed and warmup).
+fn check_sim_log(log: &Path) -> Result<String> {
+    let text =
+        std::fs::read_to_string(log).with_context(|| format!("cannot read {}", log.display()))?;
+    let (mut chat, mut responses, mut held, mut held_done) = (0u64, 0u64, 0u64, 0u64);
+    for (i, line) in text.lines().enumerate() {
+        let v: Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not JSON", log.display(), i + 1))?;
+        match v["endpoint"].as_str() {
+            Some("/v1/chat/completions") => chat += 1,
+            Some("/v1/responses") => responses += 1,
+            _ => {}
+        }
+        if v["held_ms"].is_number() {
+            held += 1;
+            if v["finish"] != "aborted" {
+                held_done += 1;
+            }
+        }
+    }
+    // Per run: warmup + 5 timed interrupts; two runs (chat, then responses).
+    let want_held = 2 * (TURN_WARMUP + 5);
+    let mut problems = Vec::new();
+    if chat == 0 || responses == 0 {
+        problems.push(format!(
+            "{chat} chat-completions and {responses} Responses requests (want both)"
+        ));
+    }
+    if held != want_held {
+        problems.push(format!(
+            "{held} requests were held (want {want_held}: one per interrupt)"
+        ));
+    }
+    if held_done > 0 {
+        problems.push(format!(
+            "{held_done} held requests were not cancelled by the interrupt"
+        ));
+    }
+    if !problems.is_empty() {
+        bail!("{}: {}", log.display(), problems.join("; "));
+    }
     Ok(format!(
-        "{mode}: {} journeys × {n_success} operations ok, p50 {} ms, {} req/s ({})",
-        AGENT_JOURNEYS.len(),
-        range(&p50, 1),
-        range(&rps, 1),
-        path.display()
+        "the LLM saw {chat} chat-completions and {responses} Responses requests; the {held} \
+         requests held for the interrupts were all cancelled ({})",
+        log.display()
     ))
+}
+
+/// No session of the agent-turn journeys' agent is left (their teardowns delete them).
+fn check_no_turn_sessions(base: &str) -> Result<String> {
+    let (status, body) = http_get(base, "/v1/sessions?limit=100")?;
+    if status != 200 {
+        bail!("GET /v1/sessions: HTTP {status}: {body}");
+    }
+    let v: Value = serde_json::from_str(&body).context("GET /v1/sessions: not JSON")?;
+    let left: Vec<&str> = v["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["agent_name"] == "bench-turn-agent")
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    if !left.is_empty() {
+        bail!(
+            "{} session(s) of the agent-turn journeys were not deleted: {}",
+            left.len(),
+            left.join(", ")
+        );
+    }
+    Ok("every session the agent-turn journeys created was deleted".into())
 }

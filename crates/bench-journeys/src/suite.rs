@@ -204,7 +204,7 @@ pub fn listing(journeys: &[Arc<dyn Journey>]) -> String {
             flags.push(format!("max-iterations={m}"));
         }
         s.push_str(&format!(
-            "{:<28}{:<12}{:<34}{}\n",
+            "{:<28}{:<12}{:<46}{}\n",
             j.name(),
             j.kind().as_str(),
             flags.join(","),

@@ -512,3 +512,56 @@ fn stream_steps_are_checked_when_parsed() {
         "{e}"
     );
 }
+
+#[test]
+fn the_agent_turns_pack_parses_and_names_its_parameters() {
+    let text = bench_journeys::packs::AGENT_TURNS_TOML;
+    let f = declarative::parse("agent-turns.toml", text).unwrap();
+    let names: Vec<String> = f.journeys().iter().map(|j| j.name().to_owned()).collect();
+    assert_eq!(
+        names,
+        [
+            "session_cold_start",
+            "warm_turn",
+            "time_to_first_token",
+            "interrupt",
+            "read_runner_file"
+        ]
+    );
+    for j in f.journeys() {
+        assert!(j.needs_runner(), "{}", j.name());
+        assert!(!j.concurrency_safe(), "{}", j.name());
+        let cap = if j.name() == "read_runner_file" {
+            50
+        } else {
+            5
+        };
+        assert_eq!(j.max_iterations(), Some(cap), "{}", j.name());
+        assert_eq!(j.needs_mock_llm(), j.name() != "read_runner_file");
+    }
+    let missing = f.missing_params().unwrap();
+    assert!(
+        missing.contains("runner_id (--param runner_id=VALUE"),
+        "{missing}"
+    );
+    assert!(
+        missing.contains("llm_url (--param llm_url=VALUE"),
+        "{missing}"
+    );
+    let given = BTreeMap::from([
+        ("runner_id".to_owned(), "r".to_owned()),
+        ("llm_url".to_owned(), "http://127.0.0.1:1".to_owned()),
+    ]);
+    let f = declarative::parse_with("agent-turns.toml", text, &given).unwrap();
+    assert!(f.missing_params().is_none());
+    let e = declarative::parse_with(
+        "agent-turns.toml",
+        text,
+        &BTreeMap::from([("runner".to_owned(), "r".to_owned())]),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("unknown parameter \"runner\""),
+        "{e}"
+    );
+}
