@@ -1,11 +1,18 @@
 //! Declarative journeys: HTTP steps in a TOML file (`--file journeys.toml`; the built-in
-//! `agent-sessions` pack is one too).
+//! `agent-sessions` and `agent-turns` packs are two).
 //!
 //! ```toml
+//! # Optional: values given with `--param NAME=VALUE` (JourneysSpec.params), `{{NAME}}` in
+//! # templates. Without a default a parameter is required; the run is refused up front,
+//! # naming it and its description.
+//! [params]
+//! runner_id = { description = "the runner sessions bind to" }
+//! prompt = { default = "Say hello.", description = "the user message of every turn" }
+//!
 //! # Optional, applied to every request.
 //! [defaults]
 //! headers = { "x-team" = "infra" }        # templated
-//! timeout_s = 30                          # per request; default: the client's
+//! timeout_s = 30                          # per request and per wait; default: the client's
 //!
 //! # Optional steps run at the start of EVERY journey's setup (make them idempotent).
 //! [[setup]]
@@ -19,8 +26,10 @@
 //! description = "POST /v1/sessions then DELETE (both timed)"
 //! kind = "latency"                        # or "throughput"; default latency
 //! concurrency_safe = true                 # default false
-//! needs_mock_llm = false                  # default false
+//! needs_mock_llm = false                  # default false: an LLM behind the server
+//! needs_runner = false                    # default false: the server's runner process
 //! max_iterations = 100                    # optional cap on timed operations
+//! report = ["agent_id"]                   # setup variables shown beside the figures
 //! setup = []                              # steps; or [[journey.setup]] tables
 //! measure = [                             # required: ONE timed operation, all steps together
 //!   { method = "POST", path = "/v1/sessions", json = { agent_id = "{{agent_id}}" },
@@ -35,18 +44,24 @@
 //! | key | meaning |
 //! |---|---|
 //! | `method` | `GET` (default), `POST`, `PUT`, `PATCH`, `DELETE`, `HEAD`, `OPTIONS` |
-//! | `path` | required, starts with `/`, templated (substituted values are percent-encoded where a URI needs it) |
+//! | `path` | required (but in `wait` steps), starts with `/`, templated (substituted values are percent-encoded where a URI needs it) |
+//! | `base` | send this step to another server: `http(s)://host:port`, templated (no credentials from the environment go there) |
 //! | `headers` | templated; over `[defaults].headers` and the body's content type |
 //! | `json` | any TOML value, sent as JSON (strings templated, recursively); `content-type: application/json` |
 //! | `body` | raw text, templated |
-//! | `multipart` | parts `{ name, text }` (templated) or `{ name, base64, filename?, content_type? }`; `content-type: multipart/form-data` |
+//! | `multipart` | parts `{ name, text }` (templated), `{ name, base64 }` or `{ name, tar_gz = { "path" = "templated text", … } }` (a gzipped tar made when the step runs), each with `filename?`, `content_type?`; `content-type: multipart/form-data` |
 //! | `expect` | a status or a list of statuses; default: any 2xx |
-//! | `capture` | `{ var = "json.path" }`: sets a variable from the JSON response |
+//! | `capture` | `{ var = "json.path" }`: sets a variable from the JSON response (of a `stream`/`wait` step: from the matched event's data) |
 //! | `collect` | `{ list = "json.path" }`: appends to a list variable (for `for_each`) |
 //! | `when` | `"var"`: run only if set; `"!var"`: only if unset (lists: set when non-empty) |
 //! | `repeat` | run the step N times, `{{index}}` = 0..N-1 |
 //! | `for_each` | run once per item of a collected list, `{{item}}` |
-//! | `timeout_s` | this step's request timeout |
+//! | `timeout_s` | this step's request timeout (of a `stream` step: until its response head; of a wait: for the event) |
+//! | `stream` | the response is a server-sent event stream: keep it open under this name (see below) |
+//! | `wait` | read events of the open stream of this name until `until` matches (sends nothing) |
+//! | `until` | `{ event = "name", data = { "json.path" = value, … } }`: the event a `stream`/`wait` step waits for (either key may be left out; values templated) |
+//! | `fail_on` | a list of such matches: an event matching one first fails the step |
+//! | `clock` | in `measure`: `"start"` (the operation's time starts just before this step) or `"stop"` (it stops when the step is done) |
 //!
 //! `json`, `body` and `multipart` are exclusive; so are `repeat` and `for_each`.
 //!
@@ -54,12 +69,50 @@
 //! makes a capture optional (a missing value or `null` leaves the variable as it was). A
 //! captured string is used as is, any other value as its JSON text.
 //!
-//! # Templates and variables
+//! # Event streams
 //!
-//! `{{name}}` is a variable captured so far, `{{env.NAME}}` an environment variable (the step
-//! fails when it is unset), `{{index}}` / `{{item}}` the `repeat` / `for_each` position. A
-//! variable no step captures is an error when the file is parsed; one not captured yet when a
-//! step runs fails the step with `other: unknown variable {{x}}`.
+//! A `stream` step sends its request (a `GET` by default) and, once the response head says
+//! success, keeps the body open under its name; a task reads it as it arrives, stamping each
+//! event with its arrival time. With `until` the step itself waits for that event (the first
+//! `session.heartbeat`, say: the stream is live). A `wait` step then reads the stream's events in
+//! order, skipping those that do not match, until one matches `until`:
+//!
+//! ```toml
+//! measure = [
+//!   { path = "/v1/sessions/{{sid}}/stream", stream = "events", until = { event = "session.heartbeat" } },
+//!   { method = "POST", path = "/v1/sessions/{{sid}}/events", json = { type = "message" }, clock = "start" },
+//!   { wait = "events", until = { event = "response.output_text.delta" }, clock = "stop",
+//!     fail_on = [{ event = "response.failed" }] },
+//!   { wait = "events", until = { event = "session.status", data = { status = "idle" } } },
+//! ]
+//! ```
+//!
+//! An event's name is its `event:` field, else the `type` string of its JSON data. `data`
+//! compares values at JSON paths of the event's data (as text: a string as is, anything else
+//! as its JSON). A `wait` fails with `timeout` when no matching event comes within its timeout
+//! (`timeout_s`, `[defaults].timeout_s`, else 30 s), with `other: <match> on stream <name>`
+//! when a `fail_on` event comes first, and with `other: stream <name> ended before <match>`
+//! when the stream ends. Events nobody waits for yet are buffered (256 at most, then the
+//! server is slowed down by TCP, never memory); one event may take 16 MiB. A stream lives until
+//! the end of the steps that opened it (the setup, one operation, the teardown); a `wait` on a
+//! stream no earlier step of the same part opens is an error when the file is parsed.
+//!
+//! # The clock
+//!
+//! Without `clock` the runner times the whole `measure`. With `clock = "start"` on one step and
+//! `clock = "stop"` on a later one (either may be left out: the operation's start and end), the
+//! operation times itself from just before the first to the end of the second; on a `wait` (or
+//! a `stream` with `until`) the end is the matched event's arrival, not when the step noticed
+//! it. Steps outside the clock still run (the turn after its first token runs to idle, say).
+//!
+//! # Templates, variables and parameters
+//!
+//! `{{name}}` is a parameter or a variable captured so far, `{{env.NAME}}` an environment
+//! variable (the step fails when it is unset), `{{index}}` / `{{item}}` the `repeat` /
+//! `for_each` position. A variable no step captures is an error when the file is parsed; one not
+//! captured yet when a step runs fails the step with `other: unknown variable {{x}}`. A step
+//! cannot capture a parameter's name. Parameters are recorded in the run's report: pass
+//! secrets as `{{env.NAME}}`.
 //!
 //! Setup captures (the file's `[[setup]]` steps, then the journey's) form the journey context,
 //! shared by every timed operation. Captures inside `measure` are local to one operation (so
@@ -69,8 +122,9 @@
 //! # Failures
 //!
 //! A status outside `expect` is `HTTP <status>`, a transport error `timeout`, `connect` or
-//! `other: …`, a failed capture `other: capture <var>: …`. In `setup` and `measure` the first
-//! failing step ends the operation; a failed setup fails the journey's run.
+//! `other: …`, a failed capture `other: capture <var>: …`, an event stream's failures as above.
+//! In `setup` and `measure` the first failing step ends the operation; a failed setup fails
+//! the journey's run.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

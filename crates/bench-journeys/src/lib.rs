@@ -5,9 +5,9 @@
 //!
 //! Journeys come from built-in packs ([`packs`]), from declarative TOML files
 //! ([`declarative`]), or from your own code: implement [`Journey`] and hand it to
-//! [`run_latency`] / [`run_throughput`] (a whole program: `examples/custom.rs`). The library is
-//! plain `async` and names no runtime; the HTTP journeys use `bench_transport::Client`, which
-//! needs tokio.
+//! [`run_latency`] / [`run_throughput`] (a whole program: `examples/custom.rs`). The runners
+//! are plain `async` and name no runtime; the HTTP journeys (the packs and declarative files)
+//! need tokio: `bench_transport::Client`, and a task per open event stream.
 
 pub mod declarative;
 pub mod journey;
