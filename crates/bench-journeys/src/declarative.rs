@@ -1849,17 +1849,29 @@ async fn run_once(
             });
         }
     };
+    let what = format!("{} {path}", step.method);
+    apply_captures(step, scope, &json, &what, &r.body)
+}
+
+/// Sets the step's captures and appends its collected values from `json` (a response, or a
+/// matched event's data: `raw`, for failure details; `what` names it).
+fn apply_captures(
+    step: &Step,
+    scope: &mut Scope<'_>,
+    json: &serde_json::Value,
+    what: &str,
+    raw: &[u8],
+) -> Result<(), Failure> {
     let value = |name: &str, p: &JsonPath| -> Result<Option<String>, Failure> {
-        match p.get(&json) {
+        match p.get(json) {
             Some(v) => Ok(Some(v)),
             None if p.optional => Ok(None),
             None => Err(Failure {
                 reason: format!("other: capture {name}: no value at {}", p.text),
                 detail: format!(
-                    "{} {path}: capture {name}: no value at {}: {}",
-                    step.method,
+                    "{what}: capture {name}: no value at {}: {}",
                     p.text,
-                    snippet(&r.body)
+                    snippet(raw)
                 ),
             }),
         }
@@ -1954,36 +1966,8 @@ async fn wait_on(
             snippet(event.data.as_bytes())
         )));
     };
-    for (var, p) in &step.capture {
-        match p.get(json) {
-            Some(v) => {
-                scope.local.insert(var.clone(), v);
-            }
-            None if p.optional => {}
-            None => {
-                return Err(Failure {
-                    reason: format!("other: capture {var}: no value at {}", p.text),
-                    detail: format!(
-                        "{until} on stream {name}: capture {var}: no value at {}: {}",
-                        p.text,
-                        snippet(event.data.as_bytes())
-                    ),
-                });
-            }
-        }
-    }
-    for (list, p) in &step.collect {
-        if let Some(v) = p.get(json) {
-            scope
-                .lists
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .entry(list.clone())
-                .or_default()
-                .push(v);
-        }
-    }
-    Ok(())
+    let what = format!("{until} on stream {name}");
+    apply_captures(step, scope, json, &what, event.data.as_bytes())
 }
 
 /// A gzipped tar (POSIX ustar) of `files`, reproducible: mode 0644, owner 0, time 0.
