@@ -2,5 +2,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod declarative;
+mod interrupt;
 mod omnigent;
 mod streams;
