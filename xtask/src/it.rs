@@ -915,7 +915,6 @@ fn omnigent() -> Result<()> {
         lines.extend(turn_journeys(
             &bench, &root, &it_dir, &base, &runner, &sim.url,
         )?);
-        lines.push(check_sim_log(&sim_log)?);
         lines.push(check_no_turn_sessions(&base)?);
         Ok::<_, anyhow::Error>(lines)
     })();
@@ -927,8 +926,12 @@ fn omnigent() -> Result<()> {
     let log = server.log.clone();
     let stopped = server.stop(Duration::from_secs(60));
     let stop_s = t.elapsed().as_secs_f64();
-    drop(sim);
-    let lines = outcome?;
+    // Stopped before its log is read: every line written (the journeys released the hold in
+    // their teardown, so the shutdown aborts nothing that was held).
+    let sim_stopped = sim.stop();
+    let mut lines = outcome?;
+    sim_stopped?;
+    lines.push(check_sim_log(&sim_log)?);
     let status = stopped?;
     let leaks: Vec<String> = std::fs::read_to_string(&log)
         .unwrap_or_default()
@@ -1080,6 +1083,23 @@ impl Sim {
                 bail!("bench sim did not say where it listens within 30 s")
             }
         }
+    }
+}
+
+impl Sim {
+    /// SIGTERM, then waits for it to exit (it writes its last log lines first).
+    fn stop(mut self) -> Result<()> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let t0 = Instant::now();
+        while self.child.try_wait()?.is_none() {
+            if t0.elapsed() > Duration::from_secs(15) {
+                bail!("bench sim did not stop within 15 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
     }
 }
 
