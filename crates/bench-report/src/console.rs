@@ -66,6 +66,25 @@ impl RunResult {
             s.sessions_timeout,
             s.sessions_failed
         ));
+        if let Some(p) = &self.sessions {
+            let goodput = match (p.goodput, p.slo_met) {
+                (Some(g), Some(met)) => {
+                    format!("  every turn met the SLO {met} ({})", pct(Some(g)))
+                }
+                _ => String::new(),
+            };
+            line(format!(
+                "  per session  {} plays, {} completed  e2e p50 {} s p95 {} s  model {} of it, \
+                 tool waits p50 {} s  turns p50 {}{goodput}",
+                p.plays,
+                pct(p.completion_rate),
+                num(p.e2e_s.p50, 2),
+                num(p.e2e_s.p95, 2),
+                pct(p.model_share),
+                num(p.tool_wait_s.p50, 2),
+                num(p.turns.p50, 0),
+            ));
+        }
         let range = match (w.start_s, w.end_s) {
             (Some(a), Some(b)) => format!(", {a:.1}–{b:.1} s"),
             _ => String::new(),

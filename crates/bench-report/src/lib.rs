@@ -4,7 +4,8 @@
 //!   contract with the runner.
 //! - [`compute`]: records → [`RunResult`], the `result.json` document (steady window, TTFT split,
 //!   TPOT, pooled chunk gaps, e2e by turn and input band, throughput, prefix-cache ratio,
-//!   output-length fidelity, routing stickiness, goodput, dispatch lag).
+//!   output-length fidelity, routing stickiness, goodput, dispatch lag) and per session play
+//!   ([`SessionMetrics`]: e2e, model time against tool waits, session goodput).
 //! - [`RunResult::console`]: the human report.
 //! - [`export`]: files outside the run directory: the one-line JSON summary of a run
 //!   (`bench run --output`) and the per-turn CSV (`bench run --csv`).
@@ -19,6 +20,7 @@ pub use bench_rundir::record;
 
 mod console;
 mod result;
+mod sessions;
 mod slo;
 mod stats;
 
@@ -27,6 +29,7 @@ pub use result::{
     DEFAULT_STEADY_FRAC, Dist, KeyedP50, LagDist, Metrics, OslFidelity, PerUserRate,
     ReasoningSummary, RunInfo, RunResult, SteadyWindow, Summary, compute, input_band, min_active,
 };
+pub use sessions::SessionMetrics;
 pub use slo::{Slo, SloParseError};
 pub use stats::{ITL_EXACT_LIMIT, PooledDist, percentile};
 

@@ -74,6 +74,10 @@ pub struct RunResult {
     /// filled by the caller, e.g. `bench_run`, never by [`compute`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub grades: Vec<GraderSummary>,
+    /// Per session play: e2e, model time against tool waits, turns, tokens, session goodput
+    /// (absent when no measured turn was sent, and in results written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<crate::sessions::SessionMetrics>,
 }
 
 /// Whole-run counts (every non-warmup record) and the steady-window metrics (flattened beside
@@ -445,6 +449,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         overall: Metrics::from_turns(&ok, overall_span, slo),
         server: serde_json::Value::Null,
         grades: Vec::new(),
+        sessions: crate::sessions::SessionMetrics::compute(records, sessions, slo),
         steady_window: SteadyWindow {
             rule: rule.to_owned(),
             concurrency: info.concurrency,

@@ -6,4 +6,5 @@ mod common;
 mod metrics;
 mod percentile;
 mod schema;
+mod sessions;
 mod slo;

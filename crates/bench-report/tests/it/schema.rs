@@ -165,6 +165,24 @@ fn every_stable_key_is_present_with_its_type() {
     assert_eq!(w["concurrency_histogram"]["3"], 1);
     assert_eq!(w["concurrency_histogram"]["4"], 47);
     assert_eq!(w["concurrency_histogram"]["10"], 1); // the failed turn
+
+    let p = &v["sessions"];
+    assert_eq!(p["plays"], 5); // s0..s3 and s9
+    assert_eq!(p["completed"], 1);
+    for k in ["completion_rate", "model_share", "goodput"] {
+        assert!(p[k].is_number(), "sessions.{k}: {}", p[k]);
+    }
+    assert!(p["slo_met"].is_u64());
+    for k in [
+        "e2e_s",
+        "model_s",
+        "tool_wait_s",
+        "turns",
+        "input_tokens",
+        "output_tokens",
+    ] {
+        assert!(p[k]["p50"].is_number(), "sessions.{k}.p50: {}", p[k]);
+    }
 }
 
 #[test]
