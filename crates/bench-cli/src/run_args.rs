@@ -211,6 +211,10 @@ pub struct RunCmd {
     /// Exit 1 when more than this fraction of turns failed.
     #[arg(long, default_value_t = 0.0)]
     pub max_error_rate: f64,
+    /// Exit 1 unless the run's validity verdict is `valid` (printed first in the report; its
+    /// checks and thresholds are in docs/report.md).
+    #[arg(long)]
+    pub require_valid: bool,
     /// Run directory (default: `runs/<UTC time>-<pid>`).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
@@ -545,6 +549,7 @@ impl RunCmd {
                 steady_frac: self.steady_frac,
                 max_error_rate: self.max_error_rate,
                 slo: self.slo.clone(),
+                require_valid: self.require_valid,
             },
             exports: Exports {
                 result_line: self.output.as_deref().map(absolute),

@@ -31,6 +31,12 @@ impl RunResult {
             out.push('\n');
         };
 
+        // The verdict first: whether the figures below can be trusted.
+        if let Some(v) = &self.validity {
+            for l in v.console().lines() {
+                line(l.to_owned());
+            }
+        }
         let errors = if s.errors_by_kind.is_empty() {
             String::new()
         } else {
@@ -171,9 +177,12 @@ impl RunResult {
             Some(h) => format!(" (host tier {})", pct(Some(h))),
             None => String::new(),
         };
+        // The window of each figure is named: the client's steady window here, the whole
+        // measured phase on the server line below (and both for the same phase).
         line(format!(
-            "prefix cache   {} of input tokens{host}",
-            pct(m.prefix_cache_ratio)
+            "prefix cache   {} of input tokens in the steady window{host}; {} over the measured phase",
+            pct(m.prefix_cache_ratio),
+            pct(self.overall.prefix_cache_ratio)
         ));
         match &m.osl_fidelity {
             Some(o) => line(format!(
@@ -208,7 +217,7 @@ impl RunResult {
         if self.server.is_object() {
             let g = |k: &str| self.server[k].as_f64();
             line(format!(
-                "server         {} /metrics: KV usage mean {} (p99 {}), queue p99 {}, running mean {}, prefix cache {}",
+                "server         {} /metrics over the measured phase: KV usage mean {} (p99 {}), queue p99 {}, running mean {}, prefix cache {}",
                 self.server["backend"].as_str().unwrap_or("?"),
                 pct(g("kv_usage_mean")),
                 pct(g("kv_usage_p99")),

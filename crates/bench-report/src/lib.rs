@@ -23,6 +23,7 @@ mod result;
 mod sessions;
 mod slo;
 mod stats;
+mod validity;
 
 pub use record::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
 pub use result::{
@@ -32,6 +33,7 @@ pub use result::{
 pub use sessions::SessionMetrics;
 pub use slo::{Slo, SloParseError};
 pub use stats::{ITL_EXACT_LIMIT, PooledDist, percentile};
+pub use validity::{Check, CheckStatus, ClientCpu, Validity, Verdict};
 
 /// Version of the `result.json` document ([`RunResult`]); bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;

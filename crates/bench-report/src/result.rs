@@ -78,6 +78,27 @@ pub struct RunResult {
     /// (absent when no measured turn was sent, and in results written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<crate::sessions::SessionMetrics>,
+    /// The client's own CPU over the measured phase (filled by the caller, e.g. `bench_run`;
+    /// absent when not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<crate::validity::ClientCpu>,
+    /// Whether the figures can be trusted: a verdict over documented checks
+    /// ([`RunResult::assess_validity`]; absent in results written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validity: Option<crate::validity::Validity>,
+}
+
+impl RunResult {
+    /// (Re)computes [`RunResult::validity`] from the result as it stands (`server` and
+    /// `client` filled in) and the run's records.
+    pub fn assess_validity(&mut self, records: &[TurnRecord], open_loop: bool) {
+        self.validity = Some(crate::validity::Validity::assess(
+            self,
+            records,
+            open_loop,
+            self.client.as_ref(),
+        ));
+    }
 }
 
 /// Whole-run counts (every non-warmup record) and the steady-window metrics (flattened beside
@@ -440,7 +461,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
             .or_default() += 1;
     }
 
-    RunResult {
+    let mut result = RunResult {
         schema_version: SCHEMA_VERSION,
         generated_by: format!("bench {}", env!("CARGO_PKG_VERSION")),
         config: info.config.clone(),
@@ -450,6 +471,8 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         server: serde_json::Value::Null,
         grades: Vec::new(),
         sessions: crate::sessions::SessionMetrics::compute(records, sessions, slo),
+        client: None,
+        validity: None,
         steady_window: SteadyWindow {
             rule: rule.to_owned(),
             concurrency: info.concurrency,
@@ -461,7 +484,9 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
             end_s: steady_end,
             concurrency_histogram,
         },
-    }
+    };
+    result.assess_validity(records, info.open_loop);
+    result
 }
 
 /// Open loop: `(first measured play's end, last measured play's start)`, when the first

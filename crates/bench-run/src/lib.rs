@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cpu;
 pub mod events;
 pub mod graders;
 pub mod hooks;
@@ -261,13 +262,16 @@ pub struct RunReport {
     pub warnings: Vec<String>,
     /// The spec's failure threshold.
     pub max_error_rate: f64,
+    /// The spec asks for a `valid` verdict ([`spec::Judge::require_valid`]).
+    pub require_valid: bool,
     /// Each grader's summary, as `result.json` has them (empty without graders; see [`hooks`]).
     pub grades: Vec<bench_report::grade::GraderSummary>,
 }
 
 impl RunReport {
-    /// `Ok` when the run counts as passed: no failed replay task, at least one turn, and no
-    /// more failed turns than `max_error_rate` allows; else one line saying why.
+    /// `Ok` when the run counts as passed: no failed replay task, at least one turn, no more
+    /// failed turns than `max_error_rate` allows and, with `require_valid`, a `valid` verdict;
+    /// else one line saying why.
     pub fn verdict(&self) -> Result<(), String> {
         if !self.task_failures.is_empty() {
             return Err(format!(
@@ -288,6 +292,27 @@ impl RunReport {
                 self.turns_total,
                 rate * 100.0,
                 self.max_error_rate
+            ));
+        }
+        if self.require_valid
+            && let Some(v) = &self.result.validity
+            && v.verdict != bench_report::Verdict::Valid
+        {
+            let why: Vec<String> = v
+                .checks
+                .iter()
+                .filter(|c| {
+                    matches!(
+                        c.status,
+                        bench_report::CheckStatus::Warn | bench_report::CheckStatus::Fail
+                    )
+                })
+                .map(|c| c.name.clone())
+                .collect();
+            return Err(format!(
+                "the run is {} ({}), and --require-valid asks for valid",
+                v.verdict.as_str(),
+                why.join(", ")
             ));
         }
         Ok(())
@@ -679,8 +704,15 @@ impl Prepared {
                     )
                 }
             };
-            let mut observers: Vec<Arc<dyn Observer>> =
-                vec![writer.clone(), prog, events.clone(), phase, beat];
+            let cpu = Arc::new(cpu::CpuMeter::new());
+            let mut observers: Vec<Arc<dyn Observer>> = vec![
+                writer.clone(),
+                prog,
+                events.clone(),
+                phase,
+                beat,
+                cpu.clone(),
+            ];
             observers.extend(options.observers.iter().cloned());
             if let Some(g) = &grading {
                 g.start(&hooks::RunStart {
@@ -691,6 +723,7 @@ impl Prepared {
             }
             let mut outcome =
                 bench_runner::run(plan, client, cfg.clone(), observers, c.token.clone()).await;
+            let client_cpu = cpu.finish(embedded.is_some());
             let scrapes = match scraper {
                 Some(s) => s.finish().await,
                 None => Vec::new(),
@@ -734,6 +767,9 @@ impl Prepared {
                     serde_json::to_value(bench_telemetry::summarize(&scrapes)).unwrap_or_default();
             }
             result.grades = grading.as_ref().map(|g| g.summaries()).unwrap_or_default();
+            // A resumed run's CPU covers this segment only: no saturation figure for it.
+            result.client = client_cpu.filter(|_| resume.is_none());
+            result.assess_validity(&turns, info.open_loop);
             write_json(&dir.join(files::RESULT), &result)?;
             if let Some(g) = &grading {
                 g.end(&hooks::RunEnd {
@@ -778,6 +814,7 @@ impl Prepared {
                 task_failures: outcome.task_failures,
                 warnings: writer.errors(),
                 max_error_rate: spec.judge.max_error_rate,
+                require_valid: spec.judge.require_valid,
             })
         });
         RunHandle {

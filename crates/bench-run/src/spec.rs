@@ -411,6 +411,9 @@ pub struct Judge {
     pub max_error_rate: f64,
     /// Service-level objectives for goodput, e.g. `ttft_ms=500,tpot_ms=50`.
     pub slo: Option<String>,
+    /// Fail the run unless `result.json`'s validity verdict is `valid`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub require_valid: bool,
 }
 
 impl Default for Judge {
@@ -419,6 +422,7 @@ impl Default for Judge {
             steady_frac: bench_report::DEFAULT_STEADY_FRAC,
             max_error_rate: 0.0,
             slo: None,
+            require_valid: false,
         }
     }
 }

@@ -678,3 +678,50 @@ fn faithful_tool_messages_replay_an_imported_agent_trace() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs the chat endpoint"));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn the_validity_verdict_is_recorded_and_require_valid_sets_the_exit_code() {
+    let _serial = serial();
+    let (sim, url) = spawn_sim(&["--ttft-ms", "5", "--itl-ms", "1"]);
+    let dir = tempdir("run-validity");
+    // 2 sessions × 3 turns: far fewer steady turns than a p99 needs, so the run is suspect.
+    let args = random_run_args(
+        3,
+        2,
+        &dir,
+        &["--base-url", &url, "-c", "2", "--json", "--output-len", "8"],
+    );
+    let v = run_json(&args);
+    assert_ne!(v["validity"]["verdict"], "valid", "{}", v["validity"]);
+    let checks = v["validity"]["checks"].as_array().unwrap();
+    let steady = checks
+        .iter()
+        .find(|c| c["name"] == "steady_window")
+        .unwrap();
+    assert_ne!(steady["status"], "pass", "{steady}");
+    assert!(steady["value"].as_f64().unwrap() <= 6.0, "{steady}");
+    // Against a separate server the client's own CPU is measured and judged.
+    assert_eq!(v["client"]["includes_server"], false);
+    assert!(
+        v["client"]["cpu_s"].as_f64().unwrap() > 0.0,
+        "{}",
+        v["client"]
+    );
+    let cpu = checks.iter().find(|c| c["name"] == "client_cpu").unwrap();
+    assert_ne!(cpu["status"], "skipped", "{cpu}");
+    // The sessions block counts both plays.
+    assert_eq!(v["sessions"]["plays"], 2);
+    assert_eq!(v["sessions"]["completed"], 2);
+
+    let mut strict = args.clone();
+    strict.push("--require-valid".into());
+    let out = run(&strict);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("and --require-valid asks for valid") && stderr.contains("steady_window"),
+        "{stderr}"
+    );
+    stop_sim(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+}

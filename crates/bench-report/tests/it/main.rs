@@ -8,3 +8,4 @@ mod percentile;
 mod schema;
 mod sessions;
 mod slo;
+mod validity;

@@ -1,0 +1,426 @@
+//! Whether a run's numbers can be trusted: a verdict over documented checks (`result.json`
+//! `validity`). Each check says what it measured, against which threshold, and why it matters;
+//! a check that cannot be made on this run says so (`skipped`) instead of passing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::TurnRecord;
+use crate::result::RunResult;
+use crate::stats::percentile;
+
+/// The run's verdict: `invalid` when any check failed, `suspect` when any warned, else
+/// `valid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every check that could be made passed.
+    Valid,
+    /// A check warned: read the figures with its explanation in mind.
+    Suspect,
+    /// A check failed: the figures do not describe the server.
+    Invalid,
+}
+
+impl Verdict {
+    /// `valid`, `suspect` or `invalid`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Valid => "valid",
+            Verdict::Suspect => "suspect",
+            Verdict::Invalid => "invalid",
+        }
+    }
+}
+
+/// One check's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// Within its threshold.
+    Pass,
+    /// Past its warning threshold: the run is suspect.
+    Warn,
+    /// Past its failure threshold: the run is invalid.
+    Fail,
+    /// Not applicable or not measurable on this run (the explanation says why).
+    Skipped,
+}
+
+/// One validity check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    /// Stable identifier (`error_rate`, `dispatch_lag`, …).
+    pub name: String,
+    /// How it came out.
+    pub status: CheckStatus,
+    /// What was measured (its unit is in the threshold text); `null` when skipped.
+    pub value: Option<f64>,
+    /// The thresholds, in words (`warn ≥ 5 ms, fail ≥ 50 ms`).
+    pub threshold: String,
+    /// What the value means for this run.
+    pub explanation: String,
+}
+
+/// The `validity` block of `result.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Validity {
+    /// The verdict over `checks`.
+    pub verdict: Verdict,
+    /// Every check, in a fixed order.
+    pub checks: Vec<Check>,
+}
+
+/// The client's own CPU over the measured phase (`result.json` `client`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClientCpu {
+    /// User + system CPU time of the process over the measured phase (getrusage), s.
+    pub cpu_s: f64,
+    /// Wall time of the measured phase, s.
+    pub wall_s: f64,
+    /// `cpu_s ÷ wall_s`: cores kept busy (1.0 = one full core).
+    pub cores: Option<f64>,
+    /// The process also ran the server (the embedded simulator): its CPU is in `cpu_s`.
+    pub includes_server: bool,
+}
+
+impl ClientCpu {
+    /// From the two readings; `cores` is `null` when the wall time is not positive.
+    pub fn new(cpu_s: f64, wall_s: f64, includes_server: bool) -> ClientCpu {
+        ClientCpu {
+            cpu_s,
+            wall_s,
+            cores: (wall_s > 0.0 && cpu_s.is_finite()).then(|| cpu_s / wall_s),
+            includes_server,
+        }
+    }
+}
+
+/// Thresholds (documented in `docs/report.md`).
+const ERROR_WARN: f64 = 0.01;
+const ERROR_FAIL: f64 = 0.05;
+const LAG_WARN_MS: f64 = 5.0;
+const LAG_FAIL_MS: f64 = 50.0;
+const SLIP_WARN_MS: f64 = 10.0;
+const SLIP_FAIL_MS: f64 = 100.0;
+const CPU_WARN: f64 = 0.7;
+const CPU_FAIL: f64 = 0.9;
+const STEADY_MIN_TURNS_WARN: u64 = 100;
+const STEADY_MIN_TURNS_FAIL: u64 = 30;
+const STEADY_SHARE_WARN: f64 = 0.5;
+const STEADY_SHARE_FAIL: f64 = 0.2;
+const OSL_WARN: f64 = 0.10;
+const OSL_FAIL: f64 = 0.50;
+const CACHE_WARN: f64 = 0.05;
+const CACHE_FAIL: f64 = 0.15;
+
+fn grade(v: f64, warn: f64, fail: f64) -> CheckStatus {
+    if v >= fail {
+        CheckStatus::Fail
+    } else if v >= warn {
+        CheckStatus::Warn
+    } else {
+        CheckStatus::Pass
+    }
+}
+
+fn check(
+    name: &str,
+    status: CheckStatus,
+    value: Option<f64>,
+    threshold: String,
+    why: String,
+) -> Check {
+    Check {
+        name: name.to_owned(),
+        status,
+        value,
+        threshold,
+        explanation: why,
+    }
+}
+
+fn skipped(name: &str, threshold: String, why: &str) -> Check {
+    check(name, CheckStatus::Skipped, None, threshold, why.to_owned())
+}
+
+/// p99 of `(sent_s − due_s)` in ms over `turns`.
+fn lag_p99_ms<'a>(turns: impl Iterator<Item = &'a TurnRecord>) -> Option<f64> {
+    let mut v: Vec<f64> = turns
+        .map(|r| (r.sent_s - r.due_s) * 1000.0)
+        .filter(|x| x.is_finite())
+        .map(|x| x.max(0.0))
+        .collect();
+    v.sort_by(f64::total_cmp);
+    percentile(&v, 0.99)
+}
+
+impl Validity {
+    /// Assesses `result` (as [`crate::compute`] made it from `records`, with `server` filled
+    /// in when scraped); `open_loop` says whether sessions arrived on a schedule; `client` is
+    /// the process's CPU over the measured phase when it was read.
+    pub fn assess(
+        result: &RunResult,
+        records: &[TurnRecord],
+        open_loop: bool,
+        client: Option<&ClientCpu>,
+    ) -> Validity {
+        let measured: Vec<&TurnRecord> = records
+            .iter()
+            .filter(|r| !r.warmup && !r.superseded)
+            .collect();
+        let s = &result.summary;
+        let mut checks = Vec::new();
+
+        // Error rate.
+        let total = s.turns_ok + s.turns_failed;
+        let t = format!(
+            "share of failed turns: warn ≥ {:.0}%, fail ≥ {:.0}%",
+            ERROR_WARN * 100.0,
+            ERROR_FAIL * 100.0
+        );
+        checks.push(if total == 0 {
+            skipped("error_rate", t, "no measured turn")
+        } else {
+            let rate = s.turns_failed as f64 / total as f64;
+            check(
+                "error_rate",
+                grade(rate, ERROR_WARN, ERROR_FAIL),
+                Some(rate),
+                t,
+                format!(
+                    "{} of {total} turns failed: the latency figures cover the ok ones only",
+                    s.turns_failed
+                ),
+            )
+        });
+
+        // Client saturation: how late requests left (closed loop: at once after the tool wait).
+        let t = format!("p99 dispatch lag, ms: warn ≥ {LAG_WARN_MS}, fail ≥ {LAG_FAIL_MS}");
+        checks.push(if open_loop {
+            skipped(
+                "dispatch_lag",
+                t,
+                "open loop: a --max-concurrency cap delays sessions on purpose; see schedule_slip",
+            )
+        } else {
+            match lag_p99_ms(measured.iter().copied()) {
+                None => skipped("dispatch_lag", t, "no measured turn"),
+                Some(p99) => check(
+                    "dispatch_lag",
+                    grade(p99, LAG_WARN_MS, LAG_FAIL_MS),
+                    Some(p99),
+                    t,
+                    "how late turns left after they were due: a late client, not the server, \
+                     sets the pace when this grows"
+                        .to_owned(),
+                ),
+            }
+        });
+
+        // The client's own CPU.
+        let t = format!("cores the client kept busy: warn ≥ {CPU_WARN}, fail ≥ {CPU_FAIL}");
+        checks.push(match client {
+            None => skipped("client_cpu", t, "the client's CPU time was not read"),
+            Some(c) if c.includes_server => skipped(
+                "client_cpu",
+                t,
+                "the embedded simulator ran in the same process: its CPU cannot be told apart",
+            ),
+            Some(c) => match c.cores {
+                None => skipped("client_cpu", t, "the measured phase had no duration"),
+                Some(cores) => check(
+                    "client_cpu",
+                    grade(cores, CPU_WARN, CPU_FAIL),
+                    Some(cores),
+                    t,
+                    format!(
+                        "{:.2} CPU-s over {:.1} s: near a full core the client's event loop may \
+                         delay reading the streams it times",
+                        c.cpu_s, c.wall_s
+                    ),
+                ),
+            },
+        });
+
+        // Open loop: did sessions start when the schedule said?
+        let t = format!(
+            "p99 lag of first turns behind their arrival time, ms: warn ≥ {SLIP_WARN_MS}, fail ≥ \
+             {SLIP_FAIL_MS}"
+        );
+        checks.push(if !open_loop {
+            skipped("schedule_slip", t, "closed loop: no arrival schedule")
+        } else {
+            match lag_p99_ms(measured.iter().copied().filter(|r| r.turn_index == 0)) {
+                None => skipped("schedule_slip", t, "no measured first turn"),
+                Some(p99) => check(
+                    "schedule_slip",
+                    grade(p99, SLIP_WARN_MS, SLIP_FAIL_MS),
+                    Some(p99),
+                    t,
+                    "sessions that start late lower the offered load below the rate asked for \
+                     (and a --max-concurrency cap makes them wait on purpose)"
+                        .to_owned(),
+                ),
+            }
+        });
+
+        // The steady window.
+        let w = &result.steady_window;
+        let t = format!(
+            "turns in the steady window: warn < {STEADY_MIN_TURNS_WARN} or < {:.0}% of the run, \
+             fail < {STEADY_MIN_TURNS_FAIL} or < {:.0}%",
+            STEADY_SHARE_WARN * 100.0,
+            STEADY_SHARE_FAIL * 100.0
+        );
+        checks.push(if w.turns_total == 0 {
+            skipped("steady_window", t, "no measured turn")
+        } else {
+            let share = w.turns as f64 / w.turns_total as f64;
+            let status = if w.turns < STEADY_MIN_TURNS_FAIL || share < STEADY_SHARE_FAIL {
+                CheckStatus::Fail
+            } else if w.turns < STEADY_MIN_TURNS_WARN || share < STEADY_SHARE_WARN {
+                CheckStatus::Warn
+            } else {
+                CheckStatus::Pass
+            };
+            check(
+                "steady_window",
+                status,
+                Some(w.turns as f64),
+                t,
+                format!(
+                    "{} of {} turns ({:.0}%) ran at the target load; the headline figures come \
+                     from them",
+                    w.turns,
+                    w.turns_total,
+                    share * 100.0
+                ),
+            )
+        });
+
+        // Did the server produce the pinned output length?
+        let t = format!(
+            "|achieved ÷ recorded output length − 1|: warn > {:.0}%, fail > {:.0}%",
+            OSL_WARN * 100.0,
+            OSL_FAIL * 100.0
+        );
+        checks.push(
+            match result.overall.osl_fidelity.as_ref().and_then(|f| f.ratio) {
+                None => skipped(
+                    "output_length",
+                    t,
+                    "no turn has both a recorded and an achieved output length",
+                ),
+                Some(ratio) => {
+                    let off = (ratio - 1.0).abs();
+                    let status = if off > OSL_FAIL {
+                        CheckStatus::Fail
+                    } else if off > OSL_WARN {
+                        CheckStatus::Warn
+                    } else {
+                        CheckStatus::Pass
+                    };
+                    check(
+                        "output_length",
+                        status,
+                        Some(ratio),
+                        t,
+                        format!(
+                            "the server produced {:.0}% of the recorded output: decode time and \
+                             throughput scale with it (a server ignoring max_tokens/ignore_eos \
+                             shows here)",
+                            ratio * 100.0
+                        ),
+                    )
+                }
+            },
+        );
+
+        // The client's prefix-cache ratio against the server's own counters, same window.
+        let t = format!(
+            "|client − server prefix-cache ratio| over the measured phase: warn > {CACHE_WARN}, \
+             fail > {CACHE_FAIL}"
+        );
+        let server_ratio = result
+            .server
+            .get("prefix_cache_ratio")
+            .and_then(serde_json::Value::as_f64);
+        checks.push(match (result.overall.prefix_cache_ratio, server_ratio) {
+            (Some(c), Some(sv)) => {
+                let d = (c - sv).abs();
+                let status = if d > CACHE_FAIL {
+                    CheckStatus::Fail
+                } else if d > CACHE_WARN {
+                    CheckStatus::Warn
+                } else {
+                    CheckStatus::Pass
+                };
+                check(
+                    "prefix_cache_counters",
+                    status,
+                    Some(d),
+                    t,
+                    format!(
+                        "cached tokens reported per turn give {c:.3}, the server's /metrics \
+                         counters {sv:.3} (both over the measured phase): a gap means other \
+                         traffic or counters that mean something else"
+                    ),
+                )
+            }
+            (None, _) => skipped(
+                "prefix_cache_counters",
+                t,
+                "the server reported no cached tokens per turn",
+            ),
+            (_, None) => skipped(
+                "prefix_cache_counters",
+                t,
+                "no prefix-cache counters scraped from the server's /metrics",
+            ),
+        });
+
+        let verdict = if checks.iter().any(|c| c.status == CheckStatus::Fail) {
+            Verdict::Invalid
+        } else if checks.iter().any(|c| c.status == CheckStatus::Warn) {
+            Verdict::Suspect
+        } else {
+            Verdict::Valid
+        };
+        Validity { verdict, checks }
+    }
+
+    /// One line per check that did not pass, after the verdict (for the console).
+    pub fn console(&self) -> String {
+        let mut out = format!("validity       {}", self.verdict.as_str());
+        let not_passed: Vec<&Check> = self
+            .checks
+            .iter()
+            .filter(|c| matches!(c.status, CheckStatus::Warn | CheckStatus::Fail))
+            .collect();
+        if not_passed.is_empty() {
+            let skipped = self
+                .checks
+                .iter()
+                .filter(|c| c.status == CheckStatus::Skipped)
+                .count();
+            out.push_str(&format!(
+                " ({} checks passed, {skipped} not applicable)",
+                self.checks.len() - skipped
+            ));
+        }
+        out.push('\n');
+        for c in not_passed {
+            let status = if c.status == CheckStatus::Fail {
+                "FAIL"
+            } else {
+                "warn"
+            };
+            let value = c.value.map_or("n/a".into(), |v| format!("{v:.3}"));
+            out.push_str(&format!(
+                "  {status} {}: {value} ({}): {}\n",
+                c.name, c.threshold, c.explanation
+            ));
+        }
+        out
+    }
+}

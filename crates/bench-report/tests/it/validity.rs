@@ -1,0 +1,157 @@
+//! The validity verdict: each check is triggered by a constructed case and stays quiet on a
+//! clean run.
+
+use bench_report::{
+    CheckStatus, ClientCpu, RunInfo, RunResult, SessionStatus, TurnRecord, Verdict, compute,
+};
+
+use crate::common::{failed, session, turn};
+
+/// A clean closed-loop run: 10 sessions × 20 turns, all at full load, on time, with the
+/// recorded output length, cache counters that agree.
+fn clean_records() -> Vec<TurnRecord> {
+    let mut recs = Vec::new();
+    for s in 0..10 {
+        for t in 0..20 {
+            let mut r = turn(&format!("s{s}"), t, f64::from(t) * 1.5);
+            r.recorded_output_tokens = Some(10);
+            r.cached_tokens = Some(50);
+            recs.push(r);
+        }
+    }
+    recs
+}
+
+fn run(recs: &[TurnRecord], open_loop: bool) -> RunResult {
+    let sessions: Vec<_> = (0..10)
+        .map(|s| session(&format!("s{s}"), SessionStatus::Completed))
+        .collect();
+    let info = RunInfo {
+        concurrency: 10,
+        open_loop,
+        ..RunInfo::default()
+    };
+    let mut r = compute(recs, &sessions, &info);
+    r.server = serde_json::json!({ "prefix_cache_ratio": 0.5 });
+    r.client = Some(ClientCpu::new(3.0, 30.0, false));
+    r.assess_validity(recs, open_loop);
+    r
+}
+
+fn status(r: &RunResult, name: &str) -> CheckStatus {
+    let v = r.validity.as_ref().expect("a verdict");
+    v.checks
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no check {name}"))
+        .status
+}
+
+#[test]
+fn a_clean_run_is_valid_and_every_check_is_accounted_for() {
+    let r = run(&clean_records(), false);
+    let v = r.validity.as_ref().unwrap();
+    assert_eq!(v.verdict, Verdict::Valid, "{}", v.console());
+    for (name, want) in [
+        ("error_rate", CheckStatus::Pass),
+        ("dispatch_lag", CheckStatus::Pass),
+        ("client_cpu", CheckStatus::Pass),
+        ("schedule_slip", CheckStatus::Skipped),
+        ("steady_window", CheckStatus::Pass),
+        ("output_length", CheckStatus::Pass),
+        ("prefix_cache_counters", CheckStatus::Pass),
+    ] {
+        assert_eq!(status(&r, name), want, "{name}: {}", v.console());
+    }
+    assert!(
+        r.console()
+            .starts_with("validity       valid (6 checks passed, 1 not applicable)")
+    );
+    // The JSON carries the verdict and each check.
+    let j = serde_json::to_value(&r).unwrap();
+    assert_eq!(j["validity"]["verdict"], "valid");
+    assert_eq!(j["validity"]["checks"].as_array().unwrap().len(), 7);
+    assert_eq!(j["client"]["cores"], 0.1);
+}
+
+#[test]
+fn a_saturated_client_shows_in_its_lag_and_its_cpu() {
+    let mut recs = clean_records();
+    for r in recs.iter_mut().step_by(7) {
+        r.due_s = r.sent_s - 0.2; // left 200 ms after it was due
+    }
+    let mut r = run(&recs, false);
+    assert_eq!(status(&r, "dispatch_lag"), CheckStatus::Fail);
+    assert_eq!(r.validity.as_ref().unwrap().verdict, Verdict::Invalid);
+    assert!(r.console().contains("FAIL dispatch_lag"), "{}", r.console());
+
+    r.client = Some(ClientCpu::new(29.0, 30.0, false));
+    r.assess_validity(&clean_records(), false);
+    assert_eq!(status(&r, "client_cpu"), CheckStatus::Fail);
+    r.client = Some(ClientCpu::new(24.0, 30.0, false));
+    r.assess_validity(&clean_records(), false);
+    assert_eq!(status(&r, "client_cpu"), CheckStatus::Warn);
+    assert_eq!(r.validity.as_ref().unwrap().verdict, Verdict::Suspect);
+    // The embedded simulator's CPU is in the process's: no verdict from it.
+    r.client = Some(ClientCpu::new(29.0, 30.0, true));
+    r.assess_validity(&clean_records(), false);
+    assert_eq!(status(&r, "client_cpu"), CheckStatus::Skipped);
+}
+
+#[test]
+fn a_slipped_schedule_is_caught_in_open_loop() {
+    let mut recs = clean_records();
+    for r in recs.iter_mut().filter(|r| r.turn_index == 0) {
+        r.due_s = r.sent_s - 0.5;
+    }
+    let r = run(&recs, true);
+    assert_eq!(status(&r, "schedule_slip"), CheckStatus::Fail);
+    assert_eq!(status(&r, "dispatch_lag"), CheckStatus::Skipped);
+    // On time: quiet.
+    let r = run(&clean_records(), true);
+    assert_eq!(status(&r, "schedule_slip"), CheckStatus::Pass);
+}
+
+#[test]
+fn a_server_ignoring_the_pinned_length_is_caught() {
+    let mut recs = clean_records();
+    for r in &mut recs {
+        r.output_tokens = Some(7); // 70% of the recorded 10
+    }
+    let r = run(&recs, false);
+    assert_eq!(status(&r, "output_length"), CheckStatus::Warn);
+    let c = &r.validity.as_ref().unwrap().checks;
+    let osl = c.iter().find(|c| c.name == "output_length").unwrap();
+    assert!((osl.value.unwrap() - 0.7).abs() < 1e-9);
+}
+
+#[test]
+fn mismatched_cache_counters_are_caught() {
+    let mut r = run(&clean_records(), false);
+    r.server = serde_json::json!({ "prefix_cache_ratio": 0.9 }); // the client saw 0.5
+    r.assess_validity(&clean_records(), false);
+    assert_eq!(status(&r, "prefix_cache_counters"), CheckStatus::Fail);
+    r.server = serde_json::Value::Null;
+    r.assess_validity(&clean_records(), false);
+    assert_eq!(status(&r, "prefix_cache_counters"), CheckStatus::Skipped);
+}
+
+#[test]
+fn errors_and_a_short_steady_window_are_caught() {
+    let mut recs = clean_records();
+    for i in 0..4 {
+        recs.push(failed("s0", 20 + i, 40.0, Some("http_status")));
+    }
+    let r = run(&recs, false);
+    assert_eq!(status(&r, "error_rate"), CheckStatus::Warn); // 4 of 204
+    // Few turns at full load: a short run.
+    let recs: Vec<TurnRecord> = clean_records().into_iter().take(40).collect();
+    let r = run(&recs, false);
+    assert_eq!(status(&r, "steady_window"), CheckStatus::Warn);
+    let mut recs = clean_records();
+    for r in &mut recs {
+        r.active_at_dispatch = 3; // below ceil(0.9 × 10)
+    }
+    let r = run(&recs, false);
+    assert_eq!(status(&r, "steady_window"), CheckStatus::Fail);
+}
