@@ -513,6 +513,7 @@ impl Client {
             {
                 let _ = conn_stats.tls_failure.set(crate::tls::reason(r));
             }
+            conn_stats.ended.store(true, Ordering::Release);
         });
         self.stats.connections.fetch_add(1, Ordering::Relaxed);
         Ok(Conn {
@@ -573,6 +574,17 @@ impl Client {
                     Err(mut e) => (e.take_message().is_some(), e.into_error()),
                 },
             };
+            // hyper may fail the request before the connection's task has noted why the TLS
+            // session ended (a TLS 1.3 server refusing the client's certificate alerts after
+            // the handshake): give a fresh TLS connection's task a moment to finish.
+            if self.tls.is_some() && conn.opened.is_some() {
+                let t0 = Instant::now();
+                while !conn.stats.ended.load(Ordering::Acquire)
+                    && t0.elapsed() < Duration::from_millis(250)
+                {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
             if let Some(reason) = conn.stats.tls_failure.get() {
                 return Err(Error::new(
                     ErrorKind::Tls,
@@ -1009,6 +1021,8 @@ struct ConnStats {
     read_at_request_start: AtomicU64,
     /// Why the TLS session failed, once it has.
     tls_failure: std::sync::OnceLock<String>,
+    /// The connection's task has ended (its TLS failure, if any, is noted by then).
+    ended: std::sync::atomic::AtomicBool,
 }
 
 /// The socket under a connection: plain TCP or TLS over TCP.
