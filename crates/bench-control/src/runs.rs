@@ -728,7 +728,9 @@ fn disk_summary(dir: &Path, kind: RunKind, by: StopBy, reason: &str) -> Option<S
         }
         RunKind::Journeys => {
             let r = bench_journeys::Report::read(&dir.join(files::JOURNEYS_REPORT)).ok()?;
-            let mut s = Summary::of_journeys(&r, by, &r.setup_failures());
+            let mut problems = r.setup_failures();
+            problems.extend(r.all_failed());
+            let mut s = Summary::of_journeys(&r, by, &problems);
             s.reason = Some(reason.to_owned());
             Some(s)
         }

@@ -200,6 +200,26 @@ impl Report {
             .map_err(|e| format!("{}: not a bench journeys report: {e}", path.display()))
     }
 
+    /// `NAME run N: every operation failed (REASONS)` for every run that timed operations and
+    /// had not one succeed: its figures describe nothing.
+    pub fn all_failed(&self) -> Vec<String> {
+        self.journeys
+            .iter()
+            .flat_map(|(n, j)| {
+                j.runs
+                    .iter()
+                    .filter(|r| r.setup_failure.is_none() && r.n_success == 0 && r.n_failures > 0)
+                    .map(move |r| {
+                        format!(
+                            "{n} run {}: every operation failed ({})",
+                            r.run,
+                            fmt_failures(&r.failures)
+                        )
+                    })
+            })
+            .collect()
+    }
+
     /// `NAME: setup failed: WHY` for every run whose setup failed.
     pub fn setup_failures(&self) -> Vec<String> {
         self.journeys

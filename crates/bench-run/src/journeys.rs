@@ -401,8 +401,8 @@ pub struct JourneysReport {
     pub dir: Option<PathBuf>,
     /// The report (`report.json`).
     pub report: Report,
-    /// Why it did not pass, one line each: setup failures, gate breaches, then a cancel
-    /// (`cancelled: the report covers what ran`). Empty: passed.
+    /// Why it did not pass, one line each: setup failures, runs whose every operation failed,
+    /// gate breaches, then a cancel (`cancelled: the report covers what ran`). Empty: passed.
     pub problems: Vec<String>,
     /// `completed`, `cancelled` or `signal`.
     pub stopped_by: StopBy,
@@ -620,6 +620,7 @@ fn spawn(
             bench_journeys::suite::host_info(&lifecycle::host()),
         );
         let mut problems = report.setup_failures();
+        problems.extend(report.all_failed());
         problems.extend(spec.gates().check(&report));
         let (stopped_by, reason) = if cut {
             let by = c.by();

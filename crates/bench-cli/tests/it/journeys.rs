@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::{run, run_json, serial, spawn_sim, stop_sim, tempdir};
+use crate::{run, serial, spawn_sim, stop_sim, tempdir};
 
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -190,7 +190,7 @@ measure = [{ path = "/nope" }]
     )
     .unwrap();
     let (sim, url) = spawn_sim(&["--instant"]);
-    let v = run_json(&[
+    let o = run(&[
         "journeys",
         "--file",
         file.to_str().unwrap(),
@@ -204,6 +204,14 @@ measure = [{ path = "/nope" }]
         "7",
         "--json",
     ]);
+    // A journey whose every operation failed fails the run (exit 1); the report is complete.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("error: missing run 1: every operation failed (7 HTTP 404)"),
+        "{}",
+        stderr(&o)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let chat = &v["journeys"]["chat_first_model"];
     assert_eq!(chat["mode"], "throughput");
     assert_eq!(chat["runs"][0]["concurrency"], 4);
@@ -281,4 +289,74 @@ fn the_generation_journeys_call_the_endpoint_asked_for() {
         "{paths:?}"
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_journey_whose_every_operation_failed_fails_the_run() {
+    let _serial = serial();
+    let (sim, url) = spawn_sim(&["--instant"]);
+    let dir = tempdir("journeys-all-failed");
+    let file = dir.join("j.toml");
+    std::fs::write(
+        &file,
+        "[[journey]]\nname = \"missing\"\nmeasure = [{ path = \"/nope\" }]\n\n\
+         [[journey]]\nname = \"models\"\nmeasure = [{ path = \"/v1/models\" }]\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "journeys",
+        "--file",
+        file.to_str().unwrap(),
+        "--base-url",
+        &url,
+        "--iterations",
+        "3",
+        "--warmup",
+        "0",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("error: missing run 1: every operation failed (3 HTTP 404)"),
+        "{e}"
+    );
+    assert!(!e.contains("error: models"), "{e}");
+    stop_sim(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_agent_turns_pack_lists_its_parameters_and_refuses_to_run_without_them() {
+    let o = run(&["journeys", "--pack", "agent-turns", "--list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for name in [
+        "session_cold_start",
+        "warm_turn",
+        "time_to_first_token",
+        "interrupt",
+        "read_runner_file",
+        "needs-runner",
+        "parameters (--param NAME=VALUE):",
+        "runner_id       required",
+        "llm_model       default bench-sim",
+    ] {
+        assert!(text.contains(name), "{name} missing from {text}");
+    }
+    let o = run(&[
+        "journeys",
+        "--pack",
+        "agent-turns",
+        "--base-url",
+        "http://127.0.0.1:1",
+        "--param",
+        "runner_id=r",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("agent-turns: parameters not set: llm_url (--param llm_url=VALUE"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
 }
