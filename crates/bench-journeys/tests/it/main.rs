@@ -4,4 +4,5 @@
 mod declarative;
 mod interrupt;
 mod omnigent;
+mod sse_server;
 mod streams;

@@ -2,12 +2,9 @@
 //! an in-process server shaped like an agent server's session stream.
 
 use std::collections::{BTreeMap, HashMap};
-use std::convert::Infallible;
 use std::io::Read;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bench_journeys::declarative::{self, JourneyFile};
@@ -15,27 +12,11 @@ use bench_journeys::{Cancel, Env, Journey, RunResult, run_latency};
 use bench_transport::{Auth, Client, ClientConfig};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Frame};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-/// A streaming body fed by a channel.
-struct ChanBody(mpsc::Receiver<Bytes>);
+use crate::sse_server::{BoxBody, ChanBody};
 
-impl Body for ChanBody {
-    type Data = Bytes;
-    type Error = Infallible;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
-    }
-}
-
-type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 /// The open streams of each session, with whether they want typed events.
 type Streams = HashMap<String, Vec<(mpsc::Sender<Bytes>, bool)>>;
 
@@ -180,23 +161,11 @@ impl Agent {
 }
 
 async fn serve(agent: Arc<Agent>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let agent = agent.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| {
-                    let agent = agent.clone();
-                    async move { Ok::<_, Infallible>(agent.handle(req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    addr
+    crate::sse_server::serve(move |req| {
+        let agent = agent.clone();
+        async move { agent.handle(req).await }
+    })
+    .await
 }
 
 fn env_for(addr: SocketAddr) -> Env {
