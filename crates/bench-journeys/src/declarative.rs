@@ -1790,19 +1790,9 @@ async fn run_once(
         let mut resp = client
             .request_streaming(step.method.clone(), &path, &headers, body, timeout)
             .await?;
-        let code = resp.status.as_u16();
-        let ok = match &step.expect {
-            Some(codes) => codes.contains(&code),
-            None => resp.status.is_success(),
-        };
-        if !ok {
+        if !expected(step, resp.status) {
             let body = streams::body_start(&mut resp).await;
-            let mut detail = format!("{} {path}", step.method);
-            if !body.is_empty() {
-                detail.push_str(": ");
-                detail.push_str(&snippet(&body));
-            }
-            return Err(Failure::status(code, detail));
+            return Err(status_failure(step, &path, resp.status, &body));
         }
         scope
             .streams
@@ -1815,18 +1805,8 @@ async fn run_once(
     let r = client
         .request_with(step.method.clone(), &path, &headers, body, timeout)
         .await?;
-    let code = r.status.as_u16();
-    let ok = match &step.expect {
-        Some(codes) => codes.contains(&code),
-        None => r.status.is_success(),
-    };
-    if !ok {
-        let mut detail = format!("{} {path}", step.method);
-        if !r.body.is_empty() {
-            detail.push_str(": ");
-            detail.push_str(&snippet(&r.body));
-        }
-        return Err(Failure::status(code, detail));
+    if !expected(step, r.status) {
+        return Err(status_failure(step, &path, r.status, &r.body));
     }
     if step.capture.is_empty() && step.collect.is_empty() {
         return Ok(());
@@ -1893,6 +1873,24 @@ fn apply_captures(
         }
     }
     Ok(())
+}
+
+/// Whether `status` is one the step expects (default: any 2xx).
+fn expected(step: &Step, status: http::StatusCode) -> bool {
+    match &step.expect {
+        Some(codes) => codes.contains(&status.as_u16()),
+        None => status.is_success(),
+    }
+}
+
+/// `HTTP <status>`, with the request and the start of the body in its detail.
+fn status_failure(step: &Step, path: &str, status: http::StatusCode, body: &[u8]) -> Failure {
+    let mut detail = format!("{} {path}", step.method);
+    if !body.is_empty() {
+        detail.push_str(": ");
+        detail.push_str(&snippet(body));
+    }
+    Failure::status(status.as_u16(), detail)
 }
 
 /// Default for how long a `wait` waits when neither the step nor `[defaults]` says.

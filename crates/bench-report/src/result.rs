@@ -535,7 +535,7 @@ fn ratio(num: f64, den: f64) -> Option<f64> {
 }
 
 /// Time the turn spent in its request, s.
-fn busy_s(r: &TurnRecord) -> f64 {
+pub(crate) fn busy_s(r: &TurnRecord) -> f64 {
     match r.e2e_ms {
         Some(ms) if ms.is_finite() => ms / 1000.0,
         _ => r.end_s - r.sent_s,

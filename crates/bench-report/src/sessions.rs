@@ -74,10 +74,7 @@ impl SessionMetrics {
             if r.end_s.is_finite() {
                 p.last_end = p.last_end.max(r.end_s);
             }
-            let busy = match r.e2e_ms {
-                Some(ms) if ms.is_finite() => ms / 1000.0,
-                _ => r.end_s - r.sent_s,
-            };
+            let busy = crate::result::busy_s(r);
             if busy.is_finite() && busy > 0.0 {
                 p.model += busy;
             }
