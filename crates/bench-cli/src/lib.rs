@@ -6,19 +6,25 @@
 //! `bench run` (replay and measure), `bench journeys` (time API operations), `bench status`
 //! (read a run directory), `bench serve` (the control plane).
 
+mod compare;
 mod journeys;
 mod progress;
+mod report;
 mod run;
 mod run_args;
 mod serve;
 mod status;
+mod sweep;
 mod tls_args;
 mod workload;
 
+pub use compare::run_compare;
 pub use journeys::run_journeys;
+pub use report::run_report;
 pub use run::run_run;
 pub use serve::run_serve;
 pub use status::run_status;
+pub use sweep::run_sweep;
 pub use tls_args::{SimTlsArgs, TlsArgs};
 pub use workload::{run_import, run_plan};
 
@@ -107,6 +113,23 @@ pub enum Command {
     /// /api/runs/ID/events streams its events (SSE, resumable with Last-Event-ID); /metrics is
     /// Prometheus text; / is the dashboard. Loopback only without --token. See docs/serve.md.
     Serve(serve::ServeCmd),
+    /// Report one run (its directory or result.json) as text, JSON, CSV, markdown or a
+    /// self-contained HTML page with charts.
+    ///
+    /// Recomputes the result from the run's records when result.json is missing or older than
+    /// them. Exit codes: 0 ok, 2 the run directory cannot be read.
+    Report(report::ReportCmd),
+    /// Compare a candidate run with a base run: per headline metric the change with a
+    /// bootstrap confidence interval and a verdict.
+    ///
+    /// Exit codes: 0 no significant regression, 1 a significant regression beyond
+    /// --threshold, 2 bad usage or input (runs of different plans without --force).
+    Compare(Box<compare::CompareCmd>),
+    /// Run one replay per load level (--concurrency 1,2,4,... or --rates 0.5,1,2,...) into a
+    /// sweep directory and summarize them, stopping early at saturation.
+    ///
+    /// Exit codes: 0 ok, 1 a point failed, 2 bad usage or input.
+    Sweep(Box<sweep::SweepCmd>),
 }
 
 /// Metric vocabulary of the simulator's /metrics.

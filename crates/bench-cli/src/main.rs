@@ -58,6 +58,9 @@ fn main() -> ExitCode {
             Command::Journeys(args) => bench_cli::run_journeys(*args).await,
             Command::Status(args) => bench_cli::run_status(args),
             Command::Serve(args) => bench_cli::run_serve(args).await,
+            Command::Report(args) => bench_cli::run_report(args),
+            Command::Compare(args) => bench_cli::run_compare(*args),
+            Command::Sweep(args) => bench_cli::run_sweep(*args).await,
         }
     });
     match result {

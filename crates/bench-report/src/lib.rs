@@ -16,6 +16,9 @@
 
 pub mod export;
 pub mod grade;
+pub mod html;
+pub mod report;
+pub mod sweep;
 pub use bench_rundir::record;
 
 mod console;
@@ -26,6 +29,7 @@ mod stats;
 mod validity;
 
 pub use record::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
+pub use report::{ReportData, ServerPoint};
 pub use result::{
     DEFAULT_STEADY_FRAC, Dist, KeyedP50, LagDist, Metrics, OslFidelity, PerUserRate,
     ReasoningSummary, RunInfo, RunResult, SteadyWindow, Summary, compute, input_band, min_active,

@@ -1,0 +1,158 @@
+//! A sweep's summary: one point per load level (`bench sweep`), the saturation rule that stops a
+//! sweep early, and the result of a `--find-max` search. Running the points is
+//! `bench_run::sweep`; the HTML is [`crate::html::sweep_html`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::validity::Verdict;
+
+/// What a sweep varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SweepAxis {
+    /// Closed loop: sessions in flight.
+    Concurrency,
+    /// Open loop: sessions started per second.
+    Rate,
+}
+
+impl SweepAxis {
+    /// `concurrency` or `rate`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepAxis::Concurrency => "concurrency",
+            SweepAxis::Rate => "rate",
+        }
+    }
+}
+
+/// One load level's run, as the sweep summary shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    /// The load level (sessions in flight, or sessions/s).
+    pub level: f64,
+    /// The point's run directory, relative to the sweep directory.
+    pub run_dir: String,
+    /// Turns that ended ok / failed (measured turns).
+    pub turns_ok: u64,
+    /// Turns that failed.
+    pub turns_failed: u64,
+    /// System output throughput over the steady window, tok/s.
+    pub output_tps: Option<f64>,
+    /// Median per-user output rate (one request's output tokens over its decode time), tok/s.
+    pub per_user_tps: Option<f64>,
+    /// TTFT p50 / p99 over the steady window, ms.
+    pub ttft_p50_ms: Option<f64>,
+    /// TTFT p99, ms.
+    pub ttft_p99_ms: Option<f64>,
+    /// Share of turns that met the SLO (`None` without `--slo`).
+    pub goodput: Option<f64>,
+    /// The point's validity verdict.
+    pub verdict: Verdict,
+    /// The client was the bottleneck at this point (its client-saturation check failed or
+    /// warned): the point is flagged in every view, never silently plotted.
+    pub client_bound: bool,
+    /// The names of the point's checks that did not pass.
+    #[serde(default)]
+    pub failed_checks: Vec<String>,
+}
+
+/// Why a sweep stopped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum SweepStop {
+    /// Every listed level was run.
+    Completed,
+    /// Throughput stopped rising while TTFT kept growing ([`saturation`]).
+    Saturated {
+        /// One line naming the levels and figures.
+        reason: String,
+    },
+    /// A point's run failed (it could not start, or every turn failed).
+    Failed {
+        /// One line.
+        reason: String,
+    },
+    /// Interrupted (Ctrl-C).
+    Interrupted,
+}
+
+/// The result of `--find-max`: the highest level whose goodput met the target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FindMax {
+    /// The goodput target (share of turns meeting the SLO), 0–1.
+    pub target: f64,
+    /// The highest level that met it (`None` when even the lowest did not).
+    pub best: Option<f64>,
+    /// The lowest level tried that did not meet it (`None` when the highest bound met it).
+    pub first_failing: Option<f64>,
+    /// The search's resolution: it stops when the bracket is at most this wide.
+    pub step: f64,
+}
+
+/// A sweep's `sweep.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepSummary {
+    /// `"bench <version>"`.
+    pub generated_by: String,
+    /// What was varied.
+    pub axis: SweepAxis,
+    /// Points in the order they were run.
+    pub points: Vec<SweepPoint>,
+    /// Why the sweep ended.
+    pub stop: SweepStop,
+    /// The `--find-max` search's result, if one was run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub find_max: Option<FindMax>,
+    /// The run flags every point shared (secrets redacted).
+    #[serde(default)]
+    pub config: serde_json::Value,
+}
+
+/// Throughput counts as no longer rising when a point's output tok/s is below this factor times
+/// the best earlier point's (i.e. it grew by less than 5 %).
+pub const SATURATION_MIN_GAIN: f64 = 1.05;
+/// …while TTFT p50 grew by at least this factor against the previous point.
+pub const SATURATION_TTFT_GROWTH: f64 = 1.2;
+
+/// The saturation rule, applied after each point: the last point's output throughput rose by
+/// less than 5 % over the best earlier point ([`SATURATION_MIN_GAIN`]) while its TTFT p50 grew
+/// by at least 20 % over the previous point's ([`SATURATION_TTFT_GROWTH`]). Returns the
+/// one-line reason, or `None` while the sweep should go on. Points without the figures (every
+/// turn failed) never count as saturated here.
+pub fn saturation(points: &[SweepPoint]) -> Option<String> {
+    let [.., prev, last] = points else {
+        return None;
+    };
+    let best = points[..points.len() - 1]
+        .iter()
+        .filter_map(|p| p.output_tps.map(|t| (p.level, t)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    let (tps, ttft, prev_ttft) = (last.output_tps?, last.ttft_p50_ms?, prev.ttft_p50_ms?);
+    if tps < best.1 * SATURATION_MIN_GAIN
+        && prev_ttft > 0.0
+        && ttft >= prev_ttft * SATURATION_TTFT_GROWTH
+    {
+        Some(format!(
+            "saturated at {}: output {:.0} tok/s is not 5% above the best so far ({:.0} tok/s at {}) while TTFT p50 grew {:.0}% ({:.1} → {:.1} ms)",
+            fmt_level(last.level),
+            tps,
+            best.1,
+            fmt_level(best.0),
+            (ttft / prev_ttft - 1.0) * 100.0,
+            prev_ttft,
+            ttft
+        ))
+    } else {
+        None
+    }
+}
+
+/// A level as a user wrote it (`8`, `0.5`).
+pub fn fmt_level(level: f64) -> String {
+    if level.fract() == 0.0 && level.abs() < 1e15 {
+        format!("{}", level as i64)
+    } else {
+        format!("{level}")
+    }
+}
