@@ -215,6 +215,11 @@ pub struct RunCmd {
     /// checks and thresholds are in docs/report.md).
     #[arg(long)]
     pub require_valid: bool,
+    /// Tokens per KV-cache block of the server, for the warm-cache validity check when the
+    /// server's /metrics does not say (vLLM's and the simulator's do; 16 is vLLM's default,
+    /// SGLang's page size is usually 1).
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub cache_block_size: Option<u32>,
     /// Run directory (default: `runs/<UTC time>-<pid>`).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
@@ -550,6 +555,7 @@ impl RunCmd {
                 max_error_rate: self.max_error_rate,
                 slo: self.slo.clone(),
                 require_valid: self.require_valid,
+                cache_block_size: self.cache_block_size,
             },
             exports: Exports {
                 result_line: self.output.as_deref().map(absolute),

@@ -179,8 +179,12 @@ impl RunResult {
         };
         // The window of each figure is named: the client's steady window here, the whole
         // measured phase on the server line below (and both for the same phase).
+        let possible = match self.overall.prefix_cache_possible_ratio {
+            Some(p) => format!(" (the run's own reuse allowed {})", pct(Some(p))),
+            None => String::new(),
+        };
         line(format!(
-            "prefix cache   {} of input tokens in the steady window{host}; {} over the measured phase",
+            "prefix cache   {} of input tokens in the steady window{host}; {} over the measured phase{possible}",
             pct(m.prefix_cache_ratio),
             pct(self.overall.prefix_cache_ratio)
         ));

@@ -181,6 +181,11 @@ pub struct Metrics {
     pub per_user_output_tok_s: PerUserRate,
     /// Σ cached ÷ Σ input tokens over turns that reported `cached_tokens`.
     pub prefix_cache_ratio: Option<f64>,
+    /// The most of that the run's own requests allowed: Σ shared prefix ÷ Σ input
+    /// tokens over the same turns (those that also know their shared prefix). A cache that
+    /// started empty cannot beat it; the gap below it is reuse the server missed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_cache_possible_ratio: Option<f64>,
     /// Σ host-tier hits ÷ Σ cached tokens over turns that reported the split.
     pub prefix_cache_host_share: Option<f64>,
     /// Achieved vs recorded output length.
@@ -642,6 +647,7 @@ impl Metrics {
             peak_output_tok_s_1s: peak_1s(&turns),
             per_user_output_tok_s: per_user(&turns),
             prefix_cache_ratio: cache_ratio(&turns),
+            prefix_cache_possible_ratio: possible_ratio(&turns),
             prefix_cache_host_share: host_share(&turns),
             osl_fidelity: osl_fidelity(&turns),
             routing_stickiness: stickiness(&turns),
@@ -696,7 +702,9 @@ fn peak_1s(turns: &[&TurnRecord]) -> Option<f64> {
             continue;
         }
         let a = r.first_token_s.filter(|a| a.is_finite()).unwrap_or(b);
-        if b <= a {
+        // A streaming interval longer than a day is not one (a hand-edited or corrupt record):
+        // its tokens go to the bin of its end rather than into millions of bins.
+        if b <= a || b - a > 86_400.0 {
             *bins.entry(b.floor() as i64).or_default() += n;
             continue;
         }
@@ -753,6 +761,41 @@ fn cache_ratio(turns: &[&TurnRecord]) -> Option<f64> {
     }
     if any {
         ratio(cached as f64, input as f64)
+    } else {
+        None
+    }
+}
+
+/// A turn's shared prefix ([`TurnRecord::prefix_shared_tokens`], estimated by the client) in
+/// the server's token units: scaled up by the server's prompt count over the client's estimate
+/// when the client counted fewer, and never more than the prompt.
+pub fn shared_prefix_tokens(r: &TurnRecord) -> Option<f64> {
+    let shared = r.prefix_shared_tokens? as f64;
+    let input = r.input_tokens? as f64;
+    let scale = match (r.input_tokens_source, r.est_input_tokens) {
+        // Only ever up: where the client overestimates, its own figure is already generous.
+        (Some(crate::record::CountSource::Server), Some(est)) if est > 0 => {
+            (input / est as f64).max(1.0)
+        }
+        _ => 1.0,
+    };
+    Some((shared * scale).min(input))
+}
+
+/// Σ shared prefix ÷ Σ input over turns that reported cached tokens and know their prefix.
+fn possible_ratio(turns: &[&TurnRecord]) -> Option<f64> {
+    let (mut shared, mut input, mut any) = (0.0, 0_u64, false);
+    for r in turns {
+        if let (Some(_), Some(i), Some(s)) =
+            (r.cached_tokens, r.input_tokens, shared_prefix_tokens(r))
+        {
+            shared += s;
+            input += i;
+            any = true;
+        }
+    }
+    if any {
+        ratio(shared, input as f64)
     } else {
         None
     }

@@ -112,6 +112,15 @@ const OSL_WARN: f64 = 0.10;
 const OSL_FAIL: f64 = 0.50;
 const CACHE_WARN: f64 = 0.05;
 const CACHE_FAIL: f64 = 0.15;
+const ESTIMATE_WARN: f64 = 0.10;
+const ESTIMATE_FAIL: f64 = 0.30;
+const WARM_WARN: f64 = 0.01;
+const WARM_FAIL: f64 = 0.10;
+/// How far below the truth the client's shared-prefix figure can be: it is found in pieces of
+/// 128 bytes of the request (about 32 tokens), so a turn is warm only beyond a block and this.
+const WARM_SLACK_TOKENS: f64 = 48.0;
+/// …and the client's token estimate of the shared part may be this much short of the server's.
+const WARM_SLACK_SHARE: f64 = 0.03;
 
 fn grade(v: f64, warn: f64, fail: f64) -> CheckStatus {
     if v >= fail {
@@ -379,6 +388,9 @@ impl Validity {
             ),
         });
 
+        checks.push(token_estimate(&measured));
+        checks.push(warm_cache(result, &measured));
+
         let verdict = if checks.iter().any(|c| c.status == CheckStatus::Fail) {
             Verdict::Invalid
         } else if checks.iter().any(|c| c.status == CheckStatus::Warn) {
@@ -423,4 +435,153 @@ impl Validity {
         }
         out
     }
+}
+
+/// The client's prompt-token estimate against the server's `usage` (ok turns with both).
+fn token_estimate(measured: &[&TurnRecord]) -> Check {
+    let t = format!(
+        "|Σ client estimate ÷ Σ server prompt tokens − 1|: warn > {:.0}%, fail > {:.0}%",
+        ESTIMATE_WARN * 100.0,
+        ESTIMATE_FAIL * 100.0
+    );
+    let (mut est, mut server, mut n) = (0_u64, 0_u64, 0_u64);
+    for r in measured
+        .iter()
+        .filter(|r| r.status == crate::record::TurnStatus::Ok)
+    {
+        if let (Some(e), Some(sv), Some(crate::record::CountSource::Server)) =
+            (r.est_input_tokens, r.input_tokens, r.input_tokens_source)
+        {
+            est += e;
+            server += sv;
+            n += 1;
+        }
+    }
+    if n == 0 || server == 0 {
+        return skipped(
+            "token_estimate",
+            t,
+            "no ok turn has both the client's estimate and the server's prompt-token usage",
+        );
+    }
+    let ratio = est as f64 / server as f64;
+    let off = (ratio - 1.0).abs();
+    let status = if off > ESTIMATE_FAIL {
+        CheckStatus::Fail
+    } else if off > ESTIMATE_WARN {
+        CheckStatus::Warn
+    } else {
+        CheckStatus::Pass
+    };
+    check(
+        "token_estimate",
+        status,
+        Some(ratio),
+        t,
+        format!(
+            "the client estimated {:.0}% of the {server} prompt tokens the server counted over \
+             {n} turns: the context guard, the input bands and any figure in the client's units \
+             are off by that much (a different tokenizer, a chat template or tool definitions \
+             the estimate leaves out)",
+            ratio * 100.0
+        ),
+    )
+}
+
+/// The server's block size: from its `/metrics` (`result.server.block_size`), else the run's
+/// `--cache-block-size` (`config.spec.judge.cache_block_size`).
+fn block_size(result: &RunResult) -> Option<f64> {
+    result
+        .server
+        .get("block_size")
+        .and_then(serde_json::Value::as_f64)
+        .or_else(|| {
+            result
+                .config
+                .pointer("/spec/judge/cache_block_size")
+                .and_then(serde_json::Value::as_f64)
+        })
+        .filter(|b| *b >= 1.0)
+}
+
+/// Warm-cache contamination: a turn whose reported cached tokens exceed what the run's own
+/// earlier requests could have left in an empty cache (its shared prefix rounded down to the
+/// block size) by more than a block.
+fn warm_cache(result: &RunResult, measured: &[&TurnRecord]) -> Check {
+    let t = format!(
+        "share of turns whose cached tokens exceed the run's own shared prefix (rounded down to \
+         the block size) by more than a block, 48 tokens and 3% of the prefix: warn ≥ {:.0}%, fail ≥ {:.0}%",
+        WARM_WARN * 100.0,
+        WARM_FAIL * 100.0
+    );
+    let Some(block) = block_size(result) else {
+        return skipped(
+            "warm_cache",
+            t,
+            "the server's KV block size is unknown (its /metrics does not say): give it with \
+             --cache-block-size",
+        );
+    };
+    let (mut n, mut warm, mut first_warm) = (0_u64, 0_u64, None);
+    let (mut cached_sum, mut possible_sum, mut input_sum) = (0.0, 0.0, 0.0);
+    for r in measured
+        .iter()
+        .filter(|r| r.status == crate::record::TurnStatus::Ok)
+    {
+        let (Some(cached), Some(input), Some(shared)) = (
+            r.cached_tokens,
+            r.input_tokens,
+            crate::result::shared_prefix_tokens(r),
+        ) else {
+            continue;
+        };
+        n += 1;
+        let possible = (shared / block).floor() * block;
+        cached_sum += cached as f64;
+        possible_sum += possible;
+        input_sum += input as f64;
+        if cached as f64 > possible + block + WARM_SLACK_TOKENS + WARM_SLACK_SHARE * shared {
+            warm += 1;
+            first_warm.get_or_insert_with(|| {
+                format!(
+                    "{} turn {} had {cached} cached tokens where the run's own requests allowed {possible:.0}",
+                    r.session_id, r.turn_index
+                )
+            });
+        }
+    }
+    if n == 0 {
+        return skipped(
+            "warm_cache",
+            t,
+            "no ok turn reported cached tokens with a known shared prefix",
+        );
+    }
+    let share = warm as f64 / n as f64;
+    let ratios = if input_sum > 0.0 {
+        format!(
+            "; the run's own reuse allowed a prefix-cache ratio of {:.1}%, the server achieved {:.1}%",
+            possible_sum / input_sum * 100.0,
+            cached_sum / input_sum * 100.0
+        )
+    } else {
+        String::new()
+    };
+    let why = match first_warm {
+        Some(first) => format!(
+            "{warm} of {n} turns got more cached tokens than this run could have left in the \
+             cache (e.g. {first}): the server was warm before the run (flush it: --flush-cache), \
+             so TTFT is lower than a cold start would give{ratios}"
+        ),
+        None => format!(
+            "no turn got more cached tokens than the run's own requests allowed (block size {block:.0}){ratios}"
+        ),
+    };
+    check(
+        "warm_cache",
+        grade(share, WARM_WARN, WARM_FAIL),
+        Some(share),
+        t,
+        why,
+    )
 }

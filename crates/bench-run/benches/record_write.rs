@@ -74,6 +74,8 @@ fn record(gaps: usize) -> TurnRecord {
         reasoning_tokens: None,
         connect_ms: None,
         tls_ms: None,
+        est_input_tokens: None,
+        prefix_shared_tokens: None,
         superseded: false,
     }
 }

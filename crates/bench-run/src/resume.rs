@@ -415,6 +415,8 @@ mod tests {
             reasoning_tokens: None,
             connect_ms: None,
             tls_ms: None,
+            est_input_tokens: None,
+            prefix_shared_tokens: None,
             superseded: false,
         }
     }

@@ -414,6 +414,10 @@ pub struct Judge {
     /// Fail the run unless `result.json`'s validity verdict is `valid`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub require_valid: bool,
+    /// Tokens per KV-cache block of the server, for the warm-cache check when its `/metrics`
+    /// does not say (vLLM's does).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_block_size: Option<u32>,
 }
 
 impl Default for Judge {
@@ -423,6 +427,7 @@ impl Default for Judge {
             max_error_rate: 0.0,
             slo: None,
             require_valid: false,
+            cache_block_size: None,
         }
     }
 }

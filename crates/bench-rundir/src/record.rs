@@ -115,6 +115,16 @@ pub struct TurnRecord {
     /// and over plain HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ms: Option<f64>,
+    /// The client's estimate of the prompt's tokens (the plan's counts plus a per-message
+    /// overhead), whatever `input_tokens` says: with the server's `usage` beside it, the
+    /// token-estimate check. Written only when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub est_input_tokens: Option<u64>,
+    /// Estimated tokens of the longest prefix (cut at message boundaries) this request shared
+    /// with any request the run sent before it: the most a prefix cache that was empty when the
+    /// run began could hit (the warm-cache check). Written only when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_shared_tokens: Option<u64>,
     /// Part of the unmeasured warmup.
     pub warmup: bool,
     /// Replaced by a later play of its session (a resumed run played the session again):

@@ -156,6 +156,8 @@ struct Shared<T> {
     records: std::sync::Mutex<Records>,
     /// Replay tasks that panicked.
     task_failures: std::sync::Mutex<Vec<String>>,
+    /// Every message-boundary prefix sent so far (the warm-cache check's theoretical hit).
+    prefixes: crate::prefix::PrefixIndex,
 }
 
 /// One phase (warmup or measuring): its pool and its own clock limits.
@@ -281,6 +283,7 @@ pub async fn run<T: Transport>(
         duration_hit: AtomicBool::new(false),
         records: std::sync::Mutex::new(Records::default()),
         task_failures: std::sync::Mutex::new(Vec::new()),
+        prefixes: crate::prefix::PrefixIndex::default(),
         cfg,
     });
     shared.emit(RunEvent::Started {
@@ -593,6 +596,25 @@ async fn play_session<T: Transport>(
         (None, Some(sys)) => crate::config::System::Shared(sys),
         (None, None) => crate::config::System::None,
     };
+    // The request's prefix identity, element by element: the tools, the system prompt as
+    // sent, then every message (see `prefix.rs`).
+    let overhead = bench_workload::plan::MESSAGE_OVERHEAD_TOKENS;
+    let mut chain = crate::prefix::Chain::default();
+    if let Some(tools) = &sess.tools {
+        chain.push(&[b"tools", tools.as_bytes()], 0);
+    }
+    match (&own_system, &sess.system) {
+        (Some(own), sys) => chain.push(
+            &[b"system", own.as_bytes()],
+            sys.as_ref().map_or(0, |s| u64::from(s.tokens) + overhead) + extra_tokens,
+        ),
+        (None, Some(sys)) => chain.push(
+            &[b"system", sys.content_json.as_bytes()],
+            u64::from(sys.tokens) + overhead,
+        ),
+        (None, None) => {}
+    }
+    let mut own_before = 0usize;
     // Responses with server-side state: the id the next turn continues, when the last turn
     // gave one.
     let server_state = cfg.endpoint == bench_transport::Endpoint::Responses
@@ -651,6 +673,7 @@ async fn play_session<T: Transport>(
         for m in &turn.input_delta {
             messages.comma();
             messages.push_msg(m);
+            push_msg(&mut chain, m);
         }
         let body = match previous_response_id.as_deref().filter(|_| server_state) {
             Some(id) => {
@@ -689,6 +712,8 @@ async fn play_session<T: Transport>(
         let mut opts = opts;
         opts.headers.extend(cfg.endpoint_headers.iter().cloned());
         let active = ph.active.load(Ordering::SeqCst);
+        let own_pieces = own_before;
+        sh.prefixes.sent(&mut chain);
         let sent = Instant::now();
         sh.emit(RunEvent::TurnSent {
             session_id: &sess.id,
@@ -708,6 +733,11 @@ async fn play_session<T: Transport>(
             sh, sess, replay, turn, &result, active, due, sent, end, est_prompt,
         );
         rec.warmup = ph.warmup;
+        rec.est_input_tokens = Some(est_prompt);
+        rec.prefix_shared_tokens = sh.prefixes.shared(&chain, own_pieces);
+        // What the next request can reuse from this play: this prompt (and, below, a
+        // generated answer it sends back as it was generated).
+        own_before = chain.len();
         if rec.status == TurnStatus::Ok {
             output_tokens += rec.output_tokens.unwrap_or(0);
         } else {
@@ -720,14 +750,20 @@ async fn play_session<T: Transport>(
         messages.comma();
         match (cfg.content_mode, &result) {
             (ContentMode::Model, Ok(o)) => {
-                messages.push_text(
-                    bench_workload::plan::Role::Assistant,
-                    &serde_json::to_string(&o.content).unwrap_or_default(),
+                let text = serde_json::to_string(&o.content).unwrap_or_default();
+                messages.push_text(bench_workload::plan::Role::Assistant, &text);
+                chain.push(
+                    &[b"assistant", text.as_bytes()],
+                    rec.output_tokens.unwrap_or(0) + overhead,
                 );
+                own_before = chain.len();
                 est_shift +=
                     rec.output_tokens.unwrap_or(0) as i64 - i64::from(turn.assistant.tokens);
             }
-            _ => messages.push_msg(&turn.assistant),
+            _ => {
+                messages.push_msg(&turn.assistant);
+                push_msg(&mut chain, &turn.assistant);
+            }
         }
         // What the server answered, for graders (borrowed: no copy).
         if let (TurnStatus::Ok, Ok(o)) = (rec.status, &result) {
@@ -756,6 +792,18 @@ async fn play_session<T: Transport>(
         end_s: sh.offset_s(Instant::now()),
         superseded: false,
     }
+}
+
+/// Adds a planned message to a request's prefix identity.
+fn push_msg(chain: &mut crate::prefix::Chain, m: &bench_workload::plan::PlannedMessage) {
+    chain.push(
+        &[
+            m.json_prefix().as_bytes(),
+            m.content_json.as_bytes(),
+            m.json_extra().as_bytes(),
+        ],
+        u64::from(m.tokens) + bench_workload::plan::MESSAGE_OVERHEAD_TOKENS,
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -808,6 +856,8 @@ fn turn_record<T: Transport>(
         reasoning_tokens: None,
         connect_ms: None,
         tls_ms: None,
+        est_input_tokens: None,
+        prefix_shared_tokens: None,
         superseded: false,
     };
     match result {

@@ -39,6 +39,7 @@ pub mod config;
 pub mod conv;
 pub mod engine;
 pub mod observer;
+mod prefix;
 
 pub use config::{
     Arrival, ArrivalProcess, ContentMode, OutputCapField, ResponseMode, ResponsesState, RunConfig,

@@ -241,6 +241,10 @@ pub struct Snapshot {
     /// The body did not end with a newline: its last line was dropped as possibly cut short.
     #[serde(default)]
     pub truncated: bool,
+    /// Tokens per KV-cache block (vLLM `cache_config_info`'s `block_size` label), the unit of
+    /// prefix-cache hits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<f64>,
 }
 
 /// Why a body could not be read as Prometheus text.
@@ -372,6 +376,7 @@ pub fn parse(text: &str) -> Result<Snapshot, ScrapeError> {
                 Across::Mean,
             );
             s.kv_capacity_tokens = m.vllm_capacity();
+            s.block_size = m.vllm_block_size();
             s.preemptions = m.get(&["vllm:num_preemptions"], Across::Sum);
             s.prefix_cache_queries = m.get(
                 &["vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"],
@@ -511,6 +516,14 @@ impl Metrics<'_> {
     }
 
     /// vLLM's KV capacity: `num_gpu_blocks × block_size` from the labels of `cache_config_info`.
+    fn vllm_block_size(&self) -> Option<f64> {
+        self.series(&["vllm:cache_config_info"])?
+            .iter()
+            .filter_map(|s| s.labels.get("block_size")?.parse::<f64>().ok())
+            .filter(|b| b.is_finite() && *b >= 1.0)
+            .reduce(f64::max)
+    }
+
     fn vllm_capacity(&self) -> Option<f64> {
         let series = self.series(&["vllm:cache_config_info"])?;
         let number = |s: &Series, key: &str| {

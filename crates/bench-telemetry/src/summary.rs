@@ -44,6 +44,9 @@ pub struct ServerSummary {
     pub running_mean: Option<f64>,
     /// vLLM: prefix-cache hits ÷ queries over the measured run (counter deltas).
     pub prefix_cache_ratio: Option<f64>,
+    /// Tokens per KV-cache block, as the last measured scrape said (vLLM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<f64>,
 }
 
 fn sorted(v: impl Iterator<Item = f64>) -> Vec<f64> {
@@ -104,6 +107,7 @@ pub fn summarize(scrapes: &[Scrape]) -> ServerSummary {
             (Some(h), Some(q)) if q > 0.0 => Some(h / q),
             _ => None,
         },
+        block_size: end.block_size,
     }
 }
 

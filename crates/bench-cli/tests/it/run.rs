@@ -725,3 +725,39 @@ fn the_validity_verdict_is_recorded_and_require_valid_sets_the_exit_code() {
     stop_sim(sim);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A clean run against the simulator (a separate process, so the client's CPU is judged):
+/// every check passes or says why it does not apply, and the verdict is `valid`.
+#[test]
+fn a_clean_run_against_the_simulator_is_valid() {
+    let _serial = serial();
+    let (sim, url) = spawn_sim(&["--time-scale", "0.05"]);
+    let dir = tempdir("run-valid");
+    let v = run_json(&random_run_args(
+        8,
+        40,
+        &dir,
+        &["--base-url", &url, "-c", "8", "--json", "--output-len", "8"],
+    ));
+    let checks = v["validity"]["checks"].as_array().unwrap();
+    for c in checks {
+        let want = if c["name"] == "schedule_slip" {
+            "skipped"
+        } else {
+            "pass"
+        };
+        assert_eq!(c["status"], want, "{c}");
+    }
+    assert_eq!(v["validity"]["verdict"], "valid", "{}", v["validity"]);
+    // The theoretical reuse is reported beside the achieved one.
+    assert!(
+        v["overall"]["prefix_cache_possible_ratio"]
+            .as_f64()
+            .unwrap()
+            > 0.5,
+        "{}",
+        v["overall"]
+    );
+    stop_sim(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+}

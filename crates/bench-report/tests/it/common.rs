@@ -41,6 +41,8 @@ pub fn turn(s: &str, turn_index: u32, sent_s: f64) -> TurnRecord {
         reasoning_tokens: None,
         connect_ms: None,
         tls_ms: None,
+        est_input_tokens: None,
+        prefix_shared_tokens: None,
         superseded: false,
     }
 }

@@ -16,6 +16,11 @@ fn clean_records() -> Vec<TurnRecord> {
             let mut r = turn(&format!("s{s}"), t, f64::from(t) * 1.5);
             r.recorded_output_tokens = Some(10);
             r.cached_tokens = Some(50);
+            // The server counted 100 prompt tokens, the client estimated 98; every turn after
+            // a session's first shares 64 tokens with its earlier turns.
+            r.input_tokens_source = Some(bench_report::CountSource::Server);
+            r.est_input_tokens = Some(98);
+            r.prefix_shared_tokens = Some(if t == 0 { 50 } else { 64 });
             recs.push(r);
         }
     }
@@ -32,7 +37,7 @@ fn run(recs: &[TurnRecord], open_loop: bool) -> RunResult {
         ..RunInfo::default()
     };
     let mut r = compute(recs, &sessions, &info);
-    r.server = serde_json::json!({ "prefix_cache_ratio": 0.5 });
+    r.server = serde_json::json!({ "prefix_cache_ratio": 0.5, "block_size": 16 });
     r.client = Some(ClientCpu::new(3.0, 30.0, false));
     r.assess_validity(recs, open_loop);
     r
@@ -60,17 +65,19 @@ fn a_clean_run_is_valid_and_every_check_is_accounted_for() {
         ("steady_window", CheckStatus::Pass),
         ("output_length", CheckStatus::Pass),
         ("prefix_cache_counters", CheckStatus::Pass),
+        ("token_estimate", CheckStatus::Pass),
+        ("warm_cache", CheckStatus::Pass),
     ] {
         assert_eq!(status(&r, name), want, "{name}: {}", v.console());
     }
     assert!(
         r.console()
-            .starts_with("validity       valid (6 checks passed, 1 not applicable)")
+            .starts_with("validity       valid (8 checks passed, 1 not applicable)")
     );
     // The JSON carries the verdict and each check.
     let j = serde_json::to_value(&r).unwrap();
     assert_eq!(j["validity"]["verdict"], "valid");
-    assert_eq!(j["validity"]["checks"].as_array().unwrap().len(), 7);
+    assert_eq!(j["validity"]["checks"].as_array().unwrap().len(), 9);
     assert_eq!(j["client"]["cores"], 0.1);
 }
 
@@ -154,4 +161,82 @@ fn errors_and_a_short_steady_window_are_caught() {
     }
     let r = run(&recs, false);
     assert_eq!(status(&r, "steady_window"), CheckStatus::Fail);
+}
+
+#[test]
+fn a_client_token_estimate_far_from_the_servers_usage_is_caught() {
+    let mut recs = clean_records();
+    for r in &mut recs {
+        r.est_input_tokens = Some(80); // 80% of what the server counted
+    }
+    let res = run(&recs, false);
+    assert_eq!(status(&res, "token_estimate"), CheckStatus::Warn);
+    for r in &mut recs {
+        r.est_input_tokens = Some(50);
+    }
+    let res = run(&recs, false);
+    assert_eq!(status(&res, "token_estimate"), CheckStatus::Fail);
+    // Client-side counts only (no usage): not measurable, not a failure.
+    for r in &mut recs {
+        r.input_tokens_source = Some(bench_report::CountSource::Client);
+    }
+    assert_eq!(
+        status(&run(&recs, false), "token_estimate"),
+        CheckStatus::Skipped
+    );
+}
+
+#[test]
+fn a_cache_warm_before_the_run_is_caught_and_the_possible_ratio_is_reported() {
+    let mut recs = clean_records();
+    // Every session's first turn hit 90 cached tokens though nothing before it shared more
+    // than its first 16: the server had seen these prompts before the run.
+    for r in recs.iter_mut().filter(|r| r.turn_index == 0) {
+        r.cached_tokens = Some(90);
+        r.prefix_shared_tokens = Some(16);
+    }
+    let res = run(&recs, false);
+    let v = res.validity.as_ref().unwrap();
+    let c = v.checks.iter().find(|c| c.name == "warm_cache").unwrap();
+    assert_eq!(c.status, CheckStatus::Warn, "{}", v.console()); // 10 of 200 turns: 5%
+    assert_eq!(c.value, Some(0.05));
+    assert!(
+        c.explanation.contains("was warm before the run"),
+        "{}",
+        c.explanation
+    );
+    assert!(
+        c.explanation
+            .contains("s0 turn 0 had 90 cached tokens where the run's own requests allowed 16"),
+        "{}",
+        c.explanation
+    );
+    // Beside the achieved ratio, what the run's own requests allowed.
+    let possible = res.overall.prefix_cache_possible_ratio.unwrap();
+    // (in the server's units: the client's estimate was 98 of the server's 100 tokens)
+    let want = (10.0 * 16.0 + 190.0 * 64.0) * (100.0 / 98.0) / 20_000.0;
+    assert!((possible - want).abs() < 1e-9, "{possible}");
+    assert!(
+        res.console().contains("the run's own reuse allowed"),
+        "{}",
+        res.console()
+    );
+    // Half the sessions warm: invalid.
+    for r in recs.iter_mut().filter(|r| r.turn_index == 1) {
+        r.cached_tokens = Some(100);
+        r.prefix_shared_tokens = Some(20);
+    }
+    assert_eq!(status(&run(&recs, false), "warm_cache"), CheckStatus::Fail);
+    // Without a block size from the server or the run's flag: not judged, and said why.
+    let mut res = run(&clean_records(), false);
+    res.server = serde_json::json!({ "prefix_cache_ratio": 0.5 });
+    res.assess_validity(&clean_records(), false);
+    let v = res.validity.as_ref().unwrap();
+    let c = v.checks.iter().find(|c| c.name == "warm_cache").unwrap();
+    assert_eq!(c.status, CheckStatus::Skipped);
+    assert!(c.explanation.contains("--cache-block-size"));
+    // …and the run's --cache-block-size stands in for it.
+    res.config = serde_json::json!({ "spec": { "judge": { "cache_block_size": 16 } } });
+    res.assess_validity(&clean_records(), false);
+    assert_eq!(status(&res, "warm_cache"), CheckStatus::Pass);
 }

@@ -17,6 +17,8 @@ fn vllm_v0_capture() {
             kv_usage: Some(0.0),
             // cache_config_info{block_size="16",...,num_gpu_blocks="81767",...}
             kv_capacity_tokens: Some(81767.0 * 16.0),
+            // …and the block size, the unit of prefix-cache hits.
+            block_size: Some(16.0),
             preemptions: Some(0.0),
             // gpu_prefix_cache_hit_rate is -1.0: "no data".
             cache_hit_rate: None,

@@ -54,6 +54,8 @@ fn vllm_tensor_parallel_ranks_collapse_and_engines_add_up() {
             // The engines' usage averaged.
             kv_usage: Some(0.375),
             kv_capacity_tokens: Some(2.0 * 1000.0 * 16.0),
+            // …and the block size, the unit of prefix-cache hits.
+            block_size: Some(16.0),
             preemptions: Some(3.0),
             prefix_cache_queries: Some(1500.0),
             prefix_cache_hits: Some(700.0),

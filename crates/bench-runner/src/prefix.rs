@@ -1,0 +1,222 @@
+//! The run's own prefix reuse, for the warm-cache check of `result.json`'s validity: for each
+//! request, the longest prefix (in the plan's estimated tokens) it shares with another request
+//! the run sent before it ended. A prefix cache that was empty when the run began can hit at
+//! most that much (rounded down to its block size); a server reporting more cached tokens was
+//! warm before the run.
+//!
+//! Each session play keeps a [`Chain`] over the bytes of its requests as sent (the tools, the
+//! system prompt, then every message's JSON), cut into [`CHUNK`]-byte pieces: one hash per
+//! piece, each seeded with the previous one, so a hash names a whole prefix; beside it the
+//! estimated tokens up to there (each element's tokens spread over its bytes). A conversation
+//! only grows, so a play hashes each byte once. The run keeps one [`PrefixIndex`]: how many
+//! plays have sent each prefix. Counts only fall along a chain, so the longest prefix another
+//! play also sent is found by binary search; a play's own earlier requests count too.
+//! Sharing is found to within one piece (about 32 tokens), and content shared inside a message
+//! (traces whose sessions share blocks of text) counts.
+//!
+//! Memory is bounded: past [`PrefixIndex::CAP`] prefixes nothing more is counted and every
+//! later request gets no figure (`None`) rather than an underestimate that would wrongly flag
+//! the server as warm.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Bytes per piece (about 32 tokens of text at ~4 bytes per token).
+pub(crate) const CHUNK: usize = 128;
+
+/// The hashes are already uniform: the map uses them as they are.
+#[derive(Default)]
+struct Identity(u64);
+
+impl Hasher for Identity {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// One play's requests so far: a hash and the estimated tokens at the end of every piece.
+pub(crate) struct Chain {
+    hashes: Vec<u64>,
+    tokens: Vec<f64>,
+    hasher: xxhash_rust::xxh3::Xxh3,
+    fill: usize,
+    tokens_so_far: f64,
+    /// Pieces already counted in the index for this play.
+    counted: usize,
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Chain {
+            hashes: Vec::new(),
+            tokens: Vec::new(),
+            hasher: xxhash_rust::xxh3::Xxh3::with_seed(SEED),
+            fill: 0,
+            tokens_so_far: 0.0,
+            counted: 0,
+        }
+    }
+}
+
+impl Chain {
+    /// Appends an element: its bytes as sent and its estimated tokens.
+    pub(crate) fn push(&mut self, parts: &[&[u8]], tokens: u64) {
+        let bytes: usize = parts.iter().map(|p| p.len()).sum::<usize>() + 1;
+        let per_byte = tokens as f64 / bytes as f64;
+        for part in parts.iter().copied().chain(std::iter::once(&[0xff_u8][..])) {
+            let mut rest = part;
+            while !rest.is_empty() {
+                let take = (CHUNK - self.fill).min(rest.len());
+                self.hasher.update(&rest[..take]);
+                self.fill += take;
+                self.tokens_so_far += take as f64 * per_byte;
+                rest = &rest[take..];
+                if self.fill == CHUNK {
+                    let h = self.hasher.digest();
+                    self.hashes.push(h);
+                    self.tokens.push(self.tokens_so_far);
+                    self.hasher = xxhash_rust::xxh3::Xxh3::with_seed(h);
+                    self.fill = 0;
+                }
+            }
+        }
+    }
+
+    /// Whole pieces so far.
+    pub(crate) fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    fn tokens_at(&self, pieces: usize) -> u64 {
+        match pieces {
+            0 => 0,
+            n => self.tokens[n - 1].floor() as u64,
+        }
+    }
+}
+
+/// How many plays sent each prefix.
+#[derive(Default)]
+pub(crate) struct PrefixIndex {
+    counts: Mutex<HashMap<u64, u32, BuildHasherDefault<Identity>>>,
+    full: AtomicBool,
+}
+
+impl PrefixIndex {
+    /// Prefixes counted at most (tens of MB).
+    pub(crate) const CAP: usize = 3_000_000;
+
+    /// Counts the pieces of `chain` not yet counted for its play (call when a request is sent).
+    pub(crate) fn sent(&self, chain: &mut Chain) {
+        if self.full.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if counts.len() + (chain.len() - chain.counted) > Self::CAP {
+            self.full.store(true, Ordering::Relaxed);
+            return;
+        }
+        for h in &chain.hashes[chain.counted..] {
+            *counts.entry(*h).or_insert(0) += 1;
+        }
+        chain.counted = chain.len();
+    }
+
+    /// The estimated tokens of the longest prefix of `chain` that another play also sent, or
+    /// that this play sent in an earlier request (its first `own` pieces). `None` once the
+    /// index is full.
+    pub(crate) fn shared(&self, chain: &Chain, own: usize) -> Option<u64> {
+        if self.full.load(Ordering::Relaxed) {
+            return None;
+        }
+        let counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let others = chain
+            .hashes
+            .partition_point(|h| counts.get(h).is_some_and(|&c| c >= 2));
+        Some(chain.tokens_at(others.max(own.min(chain.len()))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A text of `n` bytes made of `seed`'s bytes.
+    fn text(seed: &str, n: usize) -> Vec<u8> {
+        seed.bytes().cycle().take(n).collect()
+    }
+
+    #[test]
+    fn a_request_shares_what_another_play_or_its_own_earlier_turn_sent() {
+        let idx = PrefixIndex::default();
+        let sys = text("system prompt ", 1024); // 8 pieces
+        // Play A, turn 1: nothing sent before it.
+        let mut a = Chain::default();
+        a.push(&[&sys], 256);
+        a.push(&[&text("question one ", 512)], 128);
+        idx.sent(&mut a);
+        assert_eq!(idx.shared(&a, 0), Some(0));
+        // Play B starts with the same system prompt: shares it (to within a piece).
+        let mut b = Chain::default();
+        b.push(&[&sys], 256);
+        b.push(&[&text("another question ", 512)], 128);
+        idx.sent(&mut b);
+        let shared = idx.shared(&b, 0).unwrap();
+        assert!((224..=256).contains(&shared), "{shared}");
+        // A's second turn extends its first: shares all of it, though no other play sent it.
+        let own = a.len();
+        a.push(&[&text("answer ", 300)], 75);
+        a.push(&[&text("question two ", 200)], 50);
+        idx.sent(&mut a);
+        let shared = idx.shared(&a, own).unwrap();
+        assert!((352..=384).contains(&shared), "{shared}");
+        // A different system prompt shares nothing.
+        let mut c = Chain::default();
+        c.push(&[&text("other prompt ", 1024)], 256);
+        idx.sent(&mut c);
+        assert_eq!(idx.shared(&c, 0), Some(0));
+    }
+
+    #[test]
+    fn sharing_inside_a_message_counts_and_element_boundaries_matter() {
+        let idx = PrefixIndex::default();
+        let common = text("shared block ", 640); // 5 pieces
+        let mut a = Chain::default();
+        a.push(&[&common, &text("tail a ", 256)], 224);
+        idx.sent(&mut a);
+        let mut b = Chain::default();
+        b.push(&[&common, &text("tail b ", 256)], 224);
+        idx.sent(&mut b);
+        let shared = idx.shared(&b, 0).unwrap();
+        assert!((120..=160).contains(&shared), "{shared}");
+    }
+
+    #[test]
+    fn a_full_index_gives_no_figure() {
+        let idx = PrefixIndex::default();
+        idx.full.store(true, Ordering::Relaxed);
+        let mut a = Chain::default();
+        a.push(&[&text("x", 1024)], 256);
+        idx.sent(&mut a);
+        assert_eq!(idx.shared(&a, 0), None);
+    }
+}
