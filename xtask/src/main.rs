@@ -8,8 +8,9 @@
 //! * `cargo xtask it llama` — integration test against a real llama.cpp server (needs PyPI).
 //! * `cargo xtask it omnigent` — the `agent-sessions` journey pack against a real Omnigent agent
 //!   server (needs PyPI and Python 3.12).
-//! * `cargo xtask bench [--update-baseline]` — the `openai` journey pack against the embedded
-//!   simulator, gated against `fixtures/baselines/journeys-openai.json`.
+//! * `cargo xtask bench [--update-baseline] [--latency-factor F]` — the `openai` journey pack,
+//!   a short replay and one sweep point against the embedded simulator, gated against the
+//!   baselines in `fixtures/baselines/` (see `bench.rs`).
 
 mod bench;
 mod ci;
@@ -28,7 +29,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help") | None => {
             println!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci            bash .ci/run: every CI check, exiting with its status\n  perf [SCENARIO...]\n                load scenarios with peers: client http fidelity scale long sim\n                (all by default; summary in target/perf/summary.json)\n  perf plan     planning throughput and memory\n  it llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  it omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys\n  bench [--update-baseline]\n                the openai journey pack vs the committed baseline (how CI uses us)"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci            bash .ci/run: every CI check, exiting with its status\n  perf [SCENARIO...]\n                load scenarios with peers: client http fidelity scale long sim\n                (all by default; summary in target/perf/summary.json)\n  perf plan     planning throughput and memory\n  it llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  it omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys\n  bench [--update-baseline] [--latency-factor F]\n                journeys, a replay and a sweep point vs the committed baselines (how CI uses us)"
             );
             Ok(())
         }

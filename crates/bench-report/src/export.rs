@@ -289,6 +289,18 @@ pub fn write_turns_csv(path: &Path, turns: &[TurnRecord]) -> Result<(), ExportEr
     Ok(())
 }
 
+/// The per-turn CSV ([`write_turns_csv`]'s content) in memory, e.g. for stdout.
+pub fn turns_csv(turns: &[TurnRecord]) -> Vec<u8> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut buf = String::new();
+    // Writing to a Vec cannot fail.
+    let _ = w.write_record(TURNS_CSV_COLUMNS);
+    for t in turns {
+        let _ = write_row(&mut w, &mut buf, t);
+    }
+    w.into_inner().unwrap_or_default()
+}
+
 /// Writes the CSV to a new file at `tmp` and syncs it.
 fn write_csv_file(tmp: &Path, turns: &[TurnRecord]) -> std::io::Result<()> {
     let file = OpenOptions::new().write(true).create_new(true).open(tmp)?;
@@ -449,6 +461,8 @@ mod tests {
             reasoning_tokens: Some(8),
             connect_ms: Some(0.25),
             tls_ms: Some(3.5),
+            est_input_tokens: None,
+            prefix_shared_tokens: None,
             superseded: false,
         }
     }
@@ -478,6 +492,8 @@ mod tests {
             reasoning_tokens: None,
             connect_ms: None,
             tls_ms: None,
+            est_input_tokens: None,
+            prefix_shared_tokens: None,
             ..turn(index)
         }
     }

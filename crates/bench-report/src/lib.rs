@@ -14,6 +14,7 @@
 //! Every definition is written down in `docs/report.md`; the JSON Schema of `result.json` is
 //! `docs/result.schema.json`.
 
+pub mod compare;
 pub mod export;
 pub mod grade;
 pub mod html;
@@ -22,6 +23,7 @@ pub mod sweep;
 pub use bench_rundir::record;
 
 mod console;
+mod markdown;
 mod result;
 mod sessions;
 mod slo;

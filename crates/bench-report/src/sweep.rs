@@ -61,6 +61,9 @@ pub struct SweepPoint {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "by", rename_all = "snake_case")]
 pub enum SweepStop {
+    /// Not finished: the sweep is still running — or its process died (`bench status` on the
+    /// last point's run directory tells which).
+    Running,
     /// Every listed level was run.
     Completed,
     /// Throughput stopped rising while TTFT kept growing ([`saturation`]).

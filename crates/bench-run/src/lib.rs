@@ -28,11 +28,13 @@ pub mod journeys;
 pub mod lifecycle;
 pub mod probe;
 pub mod progress;
+pub mod report;
 pub mod resume;
 pub mod scrape;
 pub mod server;
 pub mod spec;
 pub mod stop;
+pub mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -2,13 +2,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod abench;
+mod compare;
 mod embed;
 mod journeys;
 mod probe;
+mod report;
 mod resume;
 mod run;
 mod serve;
 mod status;
+mod sweep;
 mod tls;
 mod workload;
 

@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
+mod compare;
+mod html;
 mod metrics;
 mod percentile;
 mod schema;

@@ -4,3 +4,4 @@
 mod grading;
 mod handle;
 mod journeys;
+mod sweep;

@@ -1,0 +1,272 @@
+//! A run directory read back for a report ([`load`]): its records, its server telemetry and its
+//! result — read from `result.json`, or recomputed from the records when that file is missing,
+//! unreadable or older than them.
+
+use std::path::{Path, PathBuf};
+
+use bench_report::{ReportData, RunInfo, RunResult, ServerPoint};
+use bench_rundir::{RunJsonHead, RunKind, SessionRecord, TurnRecord, files, jsonl};
+use bench_telemetry::Scrape;
+
+use crate::spec::{Load, RunSpec};
+
+/// Why a run directory cannot be reported. One line, naming the path.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {what}")]
+pub struct LoadError {
+    /// The file or directory at fault.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub what: String,
+}
+
+fn err(path: &Path, what: impl std::fmt::Display) -> LoadError {
+    LoadError {
+        path: path.to_path_buf(),
+        what: what.to_string(),
+    }
+}
+
+/// The run directory a path names: the directory itself, or the one holding a `result.json`
+/// (or any other file of it) given instead.
+pub fn run_dir_of(path: &Path) -> PathBuf {
+    if path.is_file() {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// Reads a replay run directory (or its `result.json`) for a report.
+///
+/// `result.json` is used as written unless it is missing, does not parse, or disagrees with
+/// the records (their measured turn count differs from its `turns_ok + turns_failed`, as after
+/// a resume that crashed before writing it); then the result is recomputed with the run's own
+/// judging settings from `run.json`, and [`ReportData::recomputed`] says why. A recomputed
+/// result keeps the client CPU figure of the stale one only when the turn counts agree (never,
+/// in practice): it cannot be measured afterwards, so the client-saturation check then says it
+/// was not measured.
+///
+/// # Errors
+///
+/// [`LoadError`] when the path is not a run directory, is a journeys run (its report is
+/// `report.json`: `bench journeys` renders it), or a file of it cannot be read.
+pub fn load(path: &Path) -> Result<ReportData, LoadError> {
+    let dir = run_dir_of(path);
+    if !dir.is_dir() {
+        return Err(err(&dir, "no such run directory"));
+    }
+    let run_json_path = dir.join(files::RUN_JSON);
+    let run_json: serde_json::Value = match std::fs::read(&run_json_path) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| err(&run_json_path, e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(err(&dir, "not a run directory (no run.json)"));
+        }
+        Err(e) => return Err(err(&run_json_path, e)),
+    };
+    let head: RunJsonHead =
+        serde_json::from_value(run_json.clone()).map_err(|e| err(&run_json_path, e))?;
+    if head.kind == RunKind::Journeys {
+        return Err(err(
+            &dir,
+            "a journeys run: its report is report.json (bench journeys prints and compares it)",
+        ));
+    }
+    let turns_path = dir.join(files::TURNS);
+    let turns = read_jsonl::<TurnRecord>(&turns_path)?;
+    let sessions = read_jsonl::<SessionRecord>(&dir.join(files::SESSIONS))?;
+    let scrapes = read_jsonl::<Scrape>(&dir.join(files::SCRAPES))?;
+
+    let result_path = dir.join(files::RESULT);
+    let written: Result<RunResult, String> = match std::fs::read(&result_path) {
+        Ok(b) => {
+            serde_json::from_slice(&b).map_err(|e| format!("result.json does not parse ({e})"))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("no result.json".to_string()),
+        Err(e) => Err(format!("result.json cannot be read ({e})")),
+    };
+    let measured = turns.iter().filter(|t| !t.warmup && !t.superseded).count() as u64;
+    let (result, recomputed) = match written {
+        Ok(r) if r.summary.turns_ok + r.summary.turns_failed == measured => (r, None),
+        Ok(r) => {
+            let why = format!(
+                "result.json counts {} measured turns but turns.jsonl holds {measured}",
+                r.summary.turns_ok + r.summary.turns_failed
+            );
+            (recompute(&run_json, &turns, &sessions, &scrapes), Some(why))
+        }
+        Err(why) => (recompute(&run_json, &turns, &sessions, &scrapes), Some(why)),
+    };
+    let title = std::fs::canonicalize(&dir)
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| dir.display().to_string());
+    Ok(ReportData {
+        title,
+        result,
+        turns,
+        sessions,
+        server: server_points(&scrapes),
+        config: redact(run_json),
+        recomputed,
+    })
+}
+
+fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, LoadError> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    jsonl::read::<T>(path)
+        .map(|r| r.records)
+        .map_err(|e| err(path, e))
+}
+
+/// The result as `bench run` would have written it, from the records and the run's settings.
+pub fn recompute(
+    run_json: &serde_json::Value,
+    turns: &[TurnRecord],
+    sessions: &[SessionRecord],
+    scrapes: &[Scrape],
+) -> RunResult {
+    let spec: Option<RunSpec> = run_json
+        .get("spec")
+        .cloned()
+        .and_then(|s| serde_json::from_value(s).ok());
+    let judge = spec.as_ref().map(|s| s.judge.clone()).unwrap_or_default();
+    let (concurrency, open_loop) = match spec.as_ref().map(|s| &s.load) {
+        Some(Load::Closed { concurrency, .. }) => (*concurrency, false),
+        Some(Load::Open { max_in_flight, .. }) => (max_in_flight.unwrap_or(0), true),
+        None => (1, false),
+    };
+    let kept: Vec<TurnRecord> = turns.iter().filter(|t| !t.superseded).cloned().collect();
+    let kept_sessions: Vec<SessionRecord> =
+        sessions.iter().filter(|s| !s.superseded).cloned().collect();
+    let measured = kept.iter().filter(|t| !t.warmup);
+    let first = measured.clone().map(|t| t.sent_s).reduce(f64::min);
+    let last = measured.map(|t| t.end_s).reduce(f64::max);
+    let info = RunInfo {
+        concurrency,
+        steady_frac: judge.steady_frac,
+        duration_s: match (first, last) {
+            (Some(a), Some(b)) if b > a => b - a,
+            _ => 0.0,
+        },
+        slo: judge.slo.as_deref().and_then(|s| s.parse().ok()),
+        config: run_json.clone(),
+        open_loop,
+    };
+    let mut result = bench_report::compute(&kept, &kept_sessions, &info);
+    if scrapes.iter().any(|s| s.phase.is_measured()) {
+        result.server =
+            serde_json::to_value(bench_telemetry::summarize(scrapes)).unwrap_or_default();
+    }
+    result.assess_validity(&kept, open_loop);
+    result
+}
+
+/// The scrapes as the report plots them: per-interval prefix-cache hit rate from the
+/// counters' deltas (else the server's own gauge).
+pub fn server_points(scrapes: &[Scrape]) -> Vec<ServerPoint> {
+    let mut prev: Option<(f64, f64)> = None;
+    scrapes
+        .iter()
+        .map(|s| {
+            let snap = &s.snapshot;
+            let counters = snap.prefix_cache_queries.zip(snap.prefix_cache_hits);
+            let rate = match (prev, counters) {
+                (Some((q0, h0)), Some((q1, h1))) if q1 > q0 && h1 >= h0 => {
+                    Some(((h1 - h0) / (q1 - q0)).clamp(0.0, 1.0))
+                }
+                (_, Some(_)) => None,
+                (_, None) => snap.cache_hit_rate,
+            };
+            if counters.is_some() {
+                prev = counters;
+            }
+            ServerPoint {
+                t_s: s.t_s,
+                measured: s.phase.is_measured(),
+                kv_usage: snap.kv_usage,
+                waiting: snap.waiting,
+                running: snap.running,
+                prefix_hit_rate: rate,
+            }
+        })
+        .collect()
+}
+
+/// Whether a JSON key names a secret: `authorization`, `cookie`, `password`, `secret`,
+/// `api_key`/`apikey`, `token`, or a name ending in `_key`, `_token`, `_secret` or `_password`
+/// (case-insensitive). Counting words such as `tokens` or `tokenizer` are not secrets.
+pub fn is_secret_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase().replace('-', "_");
+    matches!(
+        k.as_str(),
+        "authorization"
+            | "proxy_authorization"
+            | "cookie"
+            | "set_cookie"
+            | "password"
+            | "secret"
+            | "api_key"
+            | "apikey"
+            | "token"
+            | "bearer"
+    ) || ["_key", "_token", "_secret", "_password", "_cookie"]
+        .iter()
+        .any(|s| k.ends_with(s))
+}
+
+/// A copy of `value` with every secret-named member's value (and every header value: members
+/// of an object named `headers`) replaced by `"***"`.
+pub fn redact(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    fn walk(v: Value, in_headers: bool) -> Value {
+        match v {
+            Value::Object(map) => Value::Object(
+                map.into_iter()
+                    .map(|(k, v)| {
+                        let v = if (in_headers || is_secret_key(&k)) && !v.is_null() {
+                            Value::String("***".into())
+                        } else {
+                            walk(v, k.eq_ignore_ascii_case("headers"))
+                        };
+                        (k, v)
+                    })
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.into_iter().map(|v| walk(v, in_headers)).collect()),
+            other => other,
+        }
+    }
+    walk(value, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_are_redacted_and_token_counts_are_not() {
+        let v = json!({
+            "spec": {"plan": {"tokenizer": "qwen3", "max_tokens": 5},
+                     "target": {"url": {"api_key": "sk-live", "header_names": ["x-api-key"]}}},
+            "headers": {"X-Custom": "abc"},
+            "Authorization": "Bearer x",
+            "auth_token": "t",
+            "input_tokens": 12,
+        });
+        let r = redact(v);
+        assert_eq!(r["spec"]["plan"]["tokenizer"], "qwen3");
+        assert_eq!(r["spec"]["plan"]["max_tokens"], 5);
+        assert_eq!(r["spec"]["target"]["url"]["api_key"], "***");
+        assert_eq!(r["spec"]["target"]["url"]["header_names"][0], "x-api-key");
+        assert_eq!(r["headers"]["X-Custom"], "***");
+        assert_eq!(r["Authorization"], "***");
+        assert_eq!(r["auth_token"], "***");
+        assert_eq!(r["input_tokens"], 12);
+    }
+}
