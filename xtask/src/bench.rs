@@ -6,7 +6,8 @@
 //! 2. a short replay (`fixtures/baselines/replay/`) through `bench compare`;
 //! 3. one sweep point (`fixtures/baselines/sweep-point/`) through `bench compare`.
 //!
-//! Then it checks that the gate can fail: the replay again with the simulator's latency raised
+//! TTFT p99 is shown but not gated (a p99 of a few hundred turns moves with the machine's other
+//! load). Then it checks that the gate can fail: the replay again with the simulator's latency raised
 //! by 30% must be reported as a regression by `bench compare` (exit 1), else the task fails.
 //!
 //! `cargo xtask bench --update-baseline` rewrites the three baselines from fresh runs (commit
@@ -189,14 +190,16 @@ pub fn run(args: &[String]) -> Result<()> {
         flags.extend(sim_args(1.3));
         fresh_run(&bench, &slow, &flags)?;
         let md = out_dir.join("replay-slow.md");
-        let status = compare(&bench, &root.join(REPLAY_BASELINE), &slow, &md)?;
-        match status.code() {
-            Some(1) => eprintln!(
-                "xtask bench: the replay with the simulator 30% slower is flagged as a regression, as it must be"
-            ),
-            other => bail!(
-                "the gate did not flag a replay whose simulator was 30% slower (bench compare exit {other:?}): it cannot catch a regression"
-            ),
+        let worse = compare(&bench, &root.join(REPLAY_BASELINE), &slow, &md)?;
+        if worse.iter().any(|m| m == "ttft_p50_ms") {
+            eprintln!(
+                "xtask bench: the replay with the simulator 30% slower is flagged as a regression ({} worse), as it must be",
+                worse.join(", ")
+            );
+        } else {
+            bail!(
+                "the gate did not flag a replay whose simulator was 30% slower (worse: {worse:?}): it cannot catch a regression"
+            );
         }
     }
     Ok(())
@@ -314,25 +317,47 @@ fn gate(root: &Path, bench: &Path, run: &Path, baseline: &str, md: &Path, o: &Op
     if !base.join("turns.jsonl").is_file() {
         bail!("{baseline} is missing: make it with `cargo xtask bench --update-baseline`");
     }
-    let status = compare(bench, &base, run, md)?;
-    if !status.success() {
-        bail!("regressed against {baseline} (bench compare: {status})");
+    let worse = compare(bench, &base, run, md)?;
+    if !worse.is_empty() {
+        bail!("regressed against {baseline}: {} worse", worse.join(", "));
     }
     Ok(())
 }
 
-fn compare(bench: &Path, base: &Path, cand: &Path, md: &Path) -> Result<std::process::ExitStatus> {
-    let status = Command::new(bench)
+/// Metrics the gate ignores: a p99 of a few hundred turns moves with whatever else the
+/// machine runs (its bootstrap interval covers sampling, not a neighbour's load), so it is
+/// printed but never fails CI.
+const NOT_GATED: &[&str] = &["ttft_p99_ms"];
+
+/// `bench compare` of `cand` against `base` (its markdown printed); the gated metrics that got
+/// significantly worse.
+fn compare(bench: &Path, base: &Path, cand: &Path, md: &Path) -> Result<Vec<String>> {
+    let out = Command::new(bench)
         .arg("compare")
         .arg(base)
         .arg(cand)
-        .args(["--threshold", COMPARE_THRESHOLD, "--markdown"])
+        .args(["--threshold", COMPARE_THRESHOLD, "--json", "--markdown"])
         .arg(md)
-        .stdout(std::process::Stdio::null())
-        .status()
+        .stderr(std::process::Stdio::inherit())
+        .output()
         .context("cannot run bench compare")?;
     print_markdown(md);
-    Ok(status)
+    // Exit 0 (no regression) or 1 (a regression); anything else is an error.
+    if !matches!(out.status.code(), Some(0 | 1)) {
+        bail!("bench compare failed ({})", out.status);
+    }
+    let doc: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("bench compare --json printed no JSON")?;
+    let worse = doc["metrics"]
+        .as_array()
+        .context("bench compare --json: no metrics")?
+        .iter()
+        .filter(|m| m["verdict"] == "worse")
+        .filter_map(|m| m["metric"].as_str())
+        .filter(|m| !NOT_GATED.contains(m))
+        .map(str::to_owned)
+        .collect();
+    Ok(worse)
 }
 
 fn print_markdown(path: &Path) {
