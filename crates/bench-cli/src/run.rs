@@ -107,14 +107,18 @@ async fn play(
     report.verdict().map_err(CliError::Failed)
 }
 
-/// Handles SIGINT and SIGTERM: the first cancels (no new turn; turns in flight finish) and
-/// starts the `grace` period; a second signal, or the end of the grace period, aborts (turns
-/// in flight are cut and recorded as `cancelled`).
-pub fn spawn_signals(cancel: Canceller, grace: Duration) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let next = async |term: &mut Option<tokio::signal::unix::Signal>| match term {
+/// SIGINT (Ctrl-C) and SIGTERM, one at a time.
+pub(crate) struct Signals(Option<tokio::signal::unix::Signal>);
+
+impl Signals {
+    /// Listens for both (SIGINT only where SIGTERM cannot be listened for).
+    pub(crate) fn new() -> Self {
+        Signals(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok())
+    }
+
+    /// Waits for the next of either.
+    pub(crate) async fn next(&mut self) {
+        match &mut self.0 {
             Some(t) => {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => {}
@@ -124,8 +128,17 @@ pub fn spawn_signals(cancel: Canceller, grace: Duration) -> tokio::task::JoinHan
             None => {
                 let _ = tokio::signal::ctrl_c().await;
             }
-        };
-        next(&mut term).await;
+        }
+    }
+}
+
+/// Handles SIGINT and SIGTERM: the first cancels (no new turn; turns in flight finish) and
+/// starts the `grace` period; a second signal, or the end of the grace period, aborts (turns
+/// in flight are cut and recorded as `cancelled`).
+pub fn spawn_signals(cancel: Canceller, grace: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut term = Signals::new();
+        term.next().await;
         eprintln!(
             "bench run: stopping: no new turn starts; turns in flight get {} s to finish \
              (signal again to cut them now)",
@@ -133,7 +146,7 @@ pub fn spawn_signals(cancel: Canceller, grace: Duration) -> tokio::task::JoinHan
         );
         cancel.cancel(CancelledBy::Signal);
         tokio::select! {
-            () = next(&mut term) => eprintln!("bench run: second signal: cutting turns in flight"),
+            () = term.next() => eprintln!("bench run: second signal: cutting turns in flight"),
             () = tokio::time::sleep(grace) => eprintln!("bench run: grace period over: cutting turns in flight"),
         }
         cancel.abort();

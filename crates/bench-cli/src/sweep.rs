@@ -14,7 +14,7 @@ use bench_run::{CancelledBy, Canceller, Notice, RunError, RunOptions, RunSpec};
 use clap::{ArgMatches, Args, Command, FromArgMatches};
 
 use crate::progress::{Mode, Progress};
-use crate::run::run_error;
+use crate::run::{Signals, run_error};
 use crate::run_args::{ArrivalArg, RunCmd};
 use crate::workload::plan_progress;
 use crate::{CliError, out};
@@ -161,20 +161,8 @@ impl Stopper {
 /// SIGINT and SIGTERM, as `bench run` takes them, for the point that is playing.
 fn spawn_signals(stop: Arc<Stopper>, grace: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let next = async |term: &mut Option<tokio::signal::unix::Signal>| match term {
-            Some(t) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = t.recv() => {}
-                }
-            }
-            None => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        };
-        next(&mut term).await;
+        let mut term = Signals::new();
+        term.next().await;
         eprintln!(
             "bench sweep: stopping: no further point starts; the current point's turns in \
              flight get {} s to finish (signal again to cut them now)",
@@ -185,7 +173,7 @@ fn spawn_signals(stop: Arc<Stopper>, grace: Duration) -> tokio::task::JoinHandle
             c.cancel(CancelledBy::Signal);
         }
         tokio::select! {
-            () = next(&mut term) => eprintln!("bench sweep: second signal: cutting turns in flight"),
+            () = term.next() => eprintln!("bench sweep: second signal: cutting turns in flight"),
             () = tokio::time::sleep(grace) => eprintln!("bench sweep: grace period over: cutting turns in flight"),
         }
         stop.aborting.store(true, Ordering::SeqCst);

@@ -3,8 +3,8 @@
 use crate::result::{Dist, RunResult};
 use crate::stats::PooledDist;
 
-/// A number with a fixed number of decimals, or `n/a`.
-fn num(v: Option<f64>, decimals: usize) -> String {
+/// A number with a fixed number of decimals, or `n/a` (every text renderer's).
+pub(crate) fn num(v: Option<f64>, decimals: usize) -> String {
     match v {
         Some(v) if v.is_finite() => format!("{v:.decimals$}"),
         _ => "n/a".to_owned(),
@@ -12,7 +12,7 @@ fn num(v: Option<f64>, decimals: usize) -> String {
 }
 
 /// A share as a percentage, or `n/a`.
-fn pct(v: Option<f64>) -> String {
+pub(crate) fn pct(v: Option<f64>) -> String {
     match v {
         Some(v) if v.is_finite() => format!("{:.1}%", v * 100.0),
         _ => "n/a".to_owned(),

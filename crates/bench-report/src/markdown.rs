@@ -3,22 +3,9 @@
 
 use std::fmt::Write as _;
 
+use crate::console::{num, pct};
 use crate::result::{Dist, RunResult};
 use crate::validity::CheckStatus;
-
-fn num(v: Option<f64>, decimals: usize) -> String {
-    match v {
-        Some(v) if v.is_finite() => format!("{v:.decimals$}"),
-        _ => "n/a".to_owned(),
-    }
-}
-
-fn pct(v: Option<f64>) -> String {
-    match v {
-        Some(v) if v.is_finite() => format!("{:.1}%", v * 100.0),
-        _ => "n/a".to_owned(),
-    }
-}
 
 /// `|` and line breaks cannot appear inside a markdown table cell.
 fn cell(s: &str) -> String {

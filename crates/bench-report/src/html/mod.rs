@@ -22,6 +22,7 @@ mod sweep;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::console::{num, pct};
 use crate::record::{SessionStatus, TurnRecord, TurnStatus};
 use crate::report::ReportData;
 use crate::result::{Dist, Metrics, RunResult};
@@ -98,22 +99,6 @@ pub(crate) fn esc(s: &str) -> String {
         }
     }
     out
-}
-
-/// A number with `decimals` decimals, or `n/a`.
-fn num(v: Option<f64>, decimals: usize) -> String {
-    match v {
-        Some(v) if v.is_finite() => format!("{v:.decimals$}"),
-        _ => "n/a".to_owned(),
-    }
-}
-
-/// A share as a percentage, or `n/a`.
-fn pct(v: Option<f64>) -> String {
-    match v {
-        Some(v) if v.is_finite() => format!("{:.1}%", v * 100.0),
-        _ => "n/a".to_owned(),
-    }
 }
 
 /// A check's value: up to four significant digits.
