@@ -128,7 +128,8 @@ pub enum Command {
     /// Run one replay per load level (--concurrency 1,2,4,... or --rates 0.5,1,2,...) into a
     /// sweep directory and summarize them, stopping early at saturation.
     ///
-    /// Exit codes: 0 ok, 1 a point failed, 2 bad usage or input.
+    /// Exit codes: 0 ok, 1 a point failed, the sweep was interrupted, or a point failed
+    /// --max-error-rate or --require-valid, 2 bad usage or input.
     Sweep(Box<sweep::SweepCmd>),
 }
 
