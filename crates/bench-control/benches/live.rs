@@ -59,6 +59,8 @@ fn record() -> TurnRecord {
         est_input_tokens: None,
         prefix_shared_tokens: None,
         superseded: false,
+        attempts: 1,
+        failed_attempts: Vec::new(),
     }
 }
 

@@ -77,6 +77,8 @@ fn record(gaps: usize) -> TurnRecord {
         est_input_tokens: None,
         prefix_shared_tokens: None,
         superseded: false,
+        attempts: 1,
+        failed_attempts: Vec::new(),
     }
 }
 

@@ -418,6 +418,8 @@ mod tests {
             est_input_tokens: None,
             prefix_shared_tokens: None,
             superseded: false,
+            attempts: 1,
+            failed_attempts: Vec::new(),
         }
     }
 

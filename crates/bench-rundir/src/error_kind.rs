@@ -45,11 +45,16 @@ pub enum ErrorKind {
     /// The caller abandoned the request (e.g. a second Ctrl-C).
     #[serde(rename = "cancelled")]
     Cancelled,
+    /// The response exceeded one of the client's size caps (one event-stream line or event,
+    /// the whole body, a non-streamed JSON answer): the detail names the cap and the flag that
+    /// raises it. The rest of the response is not read, so memory stays bounded.
+    #[serde(rename = "response_too_large")]
+    ResponseTooLarge,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 11] = [
+    pub const ALL: [ErrorKind; 12] = [
         ErrorKind::InvalidRequest,
         ErrorKind::Connect,
         ErrorKind::Timeout,
@@ -61,6 +66,7 @@ impl ErrorKind {
         ErrorKind::Incomplete,
         ErrorKind::Server,
         ErrorKind::Cancelled,
+        ErrorKind::ResponseTooLarge,
     ];
 
     /// A short, stable, snake_case name (used in records and counters).
@@ -77,6 +83,7 @@ impl ErrorKind {
             ErrorKind::Incomplete => "incomplete_stream",
             ErrorKind::Server => "server_error",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::ResponseTooLarge => "response_too_large",
         }
     }
 }

@@ -43,7 +43,9 @@ pub use error_kind::ErrorKind;
 pub use event::{
     EventLine, Heartbeat, LifecycleEvent, Opened, Phase, Resumed, ScrapePhase, StopBy, Tokens,
 };
-pub use record::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
+pub use record::{
+    CountSource, FailedAttempt, SessionRecord, SessionStatus, TurnRecord, TurnStatus,
+};
 
 /// The names of a run directory's files.
 pub mod files {

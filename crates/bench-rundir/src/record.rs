@@ -14,6 +14,31 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// One failed attempt of a turn that was sent again ([`TurnRecord::failed_attempts`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedAttempt {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// The HTTP status, for `http_status` failures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// One line of detail (secrets scrubbed).
+    pub error: String,
+    /// When the attempt failed, in seconds from the run start (monotonic).
+    pub end_s: f64,
+    /// How long the client waited before the next attempt, in ms (`Retry-After` when the
+    /// server sent one, else the backoff; 0 for a transport redial).
+    pub wait_ms: f64,
+}
+
 /// How a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -131,6 +156,15 @@ pub struct TurnRecord {
     /// readers skip it. Written only when true.
     #[serde(default, skip_serializing_if = "is_false")]
     pub superseded: bool,
+    /// Requests sent for this turn: 1, unless the transport redialed a stale keep-alive
+    /// connection or `--retries` retried a failed attempt. Written only when more than 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub attempts: u32,
+    /// The attempts that failed before the last one, in order. Each counts as one error of its
+    /// kind in the run's per-attempt totals; the turn's own `status` is its last attempt's.
+    /// Written only when there were any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_attempts: Vec<FailedAttempt>,
 }
 
 /// How a session play ended.

@@ -859,6 +859,8 @@ fn turn_record<T: Transport>(
         est_input_tokens: None,
         prefix_shared_tokens: None,
         superseded: false,
+        attempts: 1,
+        failed_attempts: Vec::new(),
     };
     match result {
         Ok(o) => {

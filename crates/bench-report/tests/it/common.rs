@@ -44,6 +44,8 @@ pub fn turn(s: &str, turn_index: u32, sent_s: f64) -> TurnRecord {
         est_input_tokens: None,
         prefix_shared_tokens: None,
         superseded: false,
+        attempts: 1,
+        failed_attempts: Vec::new(),
     }
 }
 
