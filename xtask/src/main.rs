@@ -11,9 +11,13 @@
 //! * `cargo xtask bench [--update-baseline] [--latency-factor F]` — the `openai` journey pack,
 //!   a short replay and one sweep point against the embedded simulator, gated against the
 //!   baselines in `fixtures/baselines/` (see `bench.rs`).
+//! * `cargo xtask fuzz [--seconds N] [--target NAME...] [--jobs J]` — the cargo-fuzz targets of
+//!   `xtask/fuzz/` (nightly; installs cargo-fuzz when missing), N seconds each; exit 1 on a
+//!   crash (see `fuzz.rs`, `docs/fuzzing.md`). Not part of CI.
 
 mod bench;
 mod ci;
+mod fuzz;
 mod it;
 mod perf;
 mod perf_load;
@@ -27,14 +31,15 @@ fn main() -> ExitCode {
         Some("perf") => perf::run(&args[1..]),
         Some("it") => it::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("fuzz") => fuzz::run(&args[1..]),
         Some("-h" | "--help") | None => {
             println!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci            bash .ci/run: every CI check, exiting with its status\n  perf [SCENARIO...]\n                load scenarios with peers: client http fidelity scale long sim\n                (all by default; summary in target/perf/summary.json)\n  perf plan     planning throughput and memory\n  it llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  it omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys\n  bench [--update-baseline] [--latency-factor F]\n                journeys, a replay and a sweep point vs the committed baselines (how CI uses us)"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci            bash .ci/run: every CI check, exiting with its status\n  perf [SCENARIO...]\n                load scenarios with peers: client http fidelity scale long sim\n                (all by default; summary in target/perf/summary.json)\n  perf plan     planning throughput and memory\n  it llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  it omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys\n  bench [--update-baseline] [--latency-factor F]\n                journeys, a replay and a sweep point vs the committed baselines (how CI uses us)\n  fuzz [--seconds N] [--target NAME...] [--jobs J]\n                cargo-fuzz targets of xtask/fuzz (nightly), N s each; exit 1 on a crash"
             );
             Ok(())
         }
         Some(other) => {
-            eprintln!("xtask: unknown task {other:?} (known: ci, perf, it, bench)");
+            eprintln!("xtask: unknown task {other:?} (known: ci, perf, it, bench, fuzz)");
             return ExitCode::from(2);
         }
     };

@@ -87,6 +87,9 @@ fn dirs(side: &str, list: &str) -> Result<Vec<PathBuf>, CliError> {
 fn load(dir: &Path) -> Result<CompareRun, CliError> {
     let recompute = |path: &Path, what: String| match bench_run::report::load(dir) {
         Ok(data) => {
+            for note in &data.notes {
+                eprintln!("warning: {note}");
+            }
             eprintln!(
                 "bench compare: {}: recomputed the result from the records ({what})",
                 dir.display()
@@ -137,7 +140,7 @@ pub fn run_compare(args: CompareCmd) -> Result<(), CliError> {
         e => CliError::Usage(e.to_string()),
     })?;
     if let Some(path) = &args.markdown {
-        std::fs::write(path, cmp.markdown())
+        std::fs::write(path, crate::secrets::scrub(&cmp.markdown()).as_bytes())
             .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", path.display())))?;
     }
     if args.json {

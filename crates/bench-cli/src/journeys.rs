@@ -59,9 +59,16 @@ pub struct JourneysCmd {
     /// Per-request timeout.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     pub timeout: Duration,
-    /// Extra request header, `K=V` (repeatable).
+    /// Extra request header, `K=V` (repeatable). The values of Authorization,
+    /// Proxy-Authorization and headers whose names contain key, token, secret, auth or cookie
+    /// are secrets, as is every {{env.NAME}} a --file reads: never shown (`***`; see
+    /// docs/secrets.md).
     #[arg(long = "header", value_name = "K=V")]
     pub headers: Vec<String>,
+    /// Treat the value of header NAME (a --header) as a secret too, whatever its name
+    /// (repeatable).
+    #[arg(long = "secret-header", value_name = "NAME")]
+    pub secret_headers: Vec<String>,
     /// Write the versioned JSON report to FILE.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -136,7 +143,7 @@ impl JourneysCmd {
             base_url: self.base_url.clone(),
             iterations: self.iterations,
             warmup: self.warmup,
-            concurrency: self.concurrency.max(1),
+            concurrency: self.concurrency,
             requests: self.requests,
             runs: self.runs,
             timeout: self.timeout,
@@ -151,13 +158,23 @@ impl JourneysCmd {
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), CliError> {
-    std::fs::write(path, text)
+    std::fs::write(path, crate::secrets::scrub(text).as_bytes())
         .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", path.display())))
 }
 
 /// Runs `bench journeys`.
 pub async fn run_journeys(args: JourneysCmd) -> Result<(), CliError> {
+    let headers = crate::parse_headers(&args.headers)?;
     let spec = args.to_spec()?;
+    // The file's own secrets ({{env.NAME}} values, literal secret headers) are never printed
+    // either.
+    let file_secrets = match &spec.file {
+        Some(f) => bench_journeys::declarative::load(f)
+            .map(|f| f.secrets().clone())
+            .unwrap_or_default(),
+        None => bench_run::secrets::Secrets::default(),
+    };
+    crate::secrets::init(&headers, &args.secret_headers, &file_secrets);
     let journeys = spec.select().map_err(run_error)?;
     if args.list {
         let mut text = bench_journeys::suite::listing(&journeys);
@@ -205,7 +222,8 @@ pub async fn run_journeys(args: JourneysCmd) -> Result<(), CliError> {
         eprintln!("bench journeys: {name} run {}/{total}: {detail}", row.run);
     });
     let options = JourneysOptions {
-        headers: crate::parse_headers(&args.headers)?,
+        headers,
+        secret_headers: args.secret_headers.clone(),
         on_run: Some(on_run),
         notices: Some(Arc::new(|n| match n {
             Notice::Info(m) => eprintln!("{m}"),

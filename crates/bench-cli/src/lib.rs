@@ -12,6 +12,7 @@ mod progress;
 mod report;
 mod run;
 mod run_args;
+pub mod secrets;
 mod serve;
 mod status;
 mod sweep;
@@ -57,6 +58,9 @@ pub struct Cli {
 }
 
 /// `bench` subcommands.
+///
+/// Commands with numeric flags take negative numbers as values (`-c -3` is refused by the
+/// flag's own check, naming it, not read as a flag `-3`).
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the embedded OpenAI-compatible simulator until Ctrl-C.
@@ -66,12 +70,14 @@ pub enum Command {
     /// /reset_prefix_cache; for tests POST /sim/hold, POST /sim/release, GET /sim/held and GET
     /// /sim/config (see --hold). Latency is simulated by a continuous-batching step loop
     /// (default), a fixed TTFT/ITL (--ttft-ms and --itl-ms), or no delay (--instant).
+    #[command(allow_negative_numbers = true)]
     Sim(SimArgs),
     /// Send one chat turn and print TTFT, e2e, TPOT, chunk count and token usage.
     ///
     /// Without --base-url the embedded simulator is started in-process on a free loopback port.
     /// Exit codes: 0 ok, 1 the request failed (one line: the error kind and detail), 2 bad usage
     /// or input.
+    #[command(allow_negative_numbers = true)]
     Probe(ProbeArgs),
     /// Replay a workload against a server (or the embedded simulator) and report its metrics.
     ///
@@ -83,11 +89,13 @@ pub enum Command {
     /// `bench run --resume RUN_DIR` finishes a run that crashed or was stopped. Exit codes: 0
     /// ok, 1 more turns failed than --max-error-rate allows (or the run failed), 2 bad usage or
     /// input.
+    #[command(allow_negative_numbers = true)]
     Run(Box<run_args::RunCmd>),
     /// Build a workload plan from a dataset and summarize it: sessions, turns, tokens, peak
     /// context, system prompt, tool waits and an estimate of wall time.
     ///
     /// Exit codes: 0 ok, 2 bad input (one line: `FILE:LINE: what is wrong`) or flags.
+    #[command(allow_negative_numbers = true)]
     Plan(workload::PlanCmd),
     /// Convert traces (lmcache, mooncake, sharegpt, openai-messages, swe-agent) into the native
     /// session format (.jsonl or .jsonl.zst).
@@ -99,6 +107,7 @@ pub enum Command {
     /// metrics_scrape; the embedded simulator without --base-url) and `agent-sessions` (an
     /// agent server's session API); or your own journeys with --file. Exit codes: 0 ok, 1 a
     /// gate, a regression or a setup failed, 2 bad usage or input.
+    #[command(allow_negative_numbers = true)]
     Journeys(Box<journeys::JourneysCmd>),
     /// Tell what a run is doing from its run directory: stopped and why, phase, process
     /// (running, gone or unknown), crashed, stalled, progress, tokens and time left.
@@ -124,12 +133,14 @@ pub enum Command {
     ///
     /// Exit codes: 0 no significant regression, 1 a significant regression beyond
     /// --threshold, 2 bad usage or input (runs of different plans without --force).
+    #[command(allow_negative_numbers = true)]
     Compare(Box<compare::CompareCmd>),
     /// Run one replay per load level (--concurrency 1,2,4,... or --rates 0.5,1,2,...) into a
     /// sweep directory and summarize them, stopping early at saturation.
     ///
     /// Exit codes: 0 ok, 1 a point failed, the sweep was interrupted, or a point failed
     /// --max-error-rate or --require-valid, 2 bad usage or input.
+    #[command(allow_negative_numbers = true)]
     Sweep(Box<sweep::SweepCmd>),
 }
 
@@ -282,6 +293,82 @@ pub struct SimArgs {
     /// Model flags.
     #[command(flatten)]
     pub sim: SimModelArgs,
+    /// Fault injection (listed last: its help heading applies to the flags after it).
+    #[command(flatten)]
+    pub faults: SimFaultArgs,
+}
+
+/// `bench sim` fault-injection flags.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Fault injection")]
+pub struct SimFaultArgs {
+    /// Inject faults at these rates, KIND=RATE[,KIND=RATE...] (repeatable; rates in [0, 1],
+    /// adding up to at most 1). See --help for the kinds.
+    ///
+    /// Each generation request gets at most one fault, drawn from a hash of --fault-seed, its
+    /// session header (--session-header), its turn index and how many requests of that turn
+    /// came before (a retry draws again): the same requests get the same faults at any
+    /// concurrency. Kinds:
+    ///   429                   HTTP 429, Retry-After, OpenAI's rate-limit body
+    ///   503                   HTTP 503, Retry-After, an "overloaded" body
+    ///   500                   HTTP 500 with a vLLM, SGLang or OpenAI error body
+    ///   reset-before-headers  read the request, then reset the connection (TCP RST) without a
+    ///                         byte of response
+    ///   reset-mid-stream      the head and about half the answer, then a reset (not streamed:
+    ///                         half the body)
+    ///   malformed-chunk       one SSE event whose JSON is cut in half, then the rest of the
+    ///                         stream (not streamed: the body cut in half)
+    ///   no-done               the whole stream without its end (`[DONE]`, `response.completed`,
+    ///                         `message_stop`; streams only)
+    ///   stall                 the head and the first chunk, then nothing for --fault-stall-ms
+    ///                         (not streamed: no head for that long)
+    ///   slow-headers          the head --fault-slow-ms late, then a normal answer
+    ///   truncated-usage       the usage left out (chunk or object)
+    #[arg(long = "fault", value_name = "KIND=RATE,...", verbatim_doc_comment)]
+    pub fault: Vec<String>,
+    /// Seed of the fault draws.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub fault_seed: u64,
+    /// Append one JSON line per injected fault to this file (fault, session, turn_index,
+    /// endpoint, stream, utc, ms).
+    #[arg(long, value_name = "FILE")]
+    pub fault_log: Option<PathBuf>,
+    /// How long a `stall` lasts, in ms (the stream then goes on).
+    #[arg(long, default_value_t = 3_600_000.0, value_name = "MS")]
+    pub fault_stall_ms: f64,
+    /// How late a `slow-headers` head is, in ms.
+    #[arg(long, default_value_t = 2000.0, value_name = "MS")]
+    pub fault_slow_ms: f64,
+    /// Retry-After of the `429` and `503` faults, in seconds.
+    #[arg(long, default_value_t = 1, value_name = "S")]
+    pub fault_retry_after_s: u64,
+}
+
+fn fault_ms(ms: f64, flag: &str) -> Result<Duration, String> {
+    (ms >= 0.0)
+        .then(|| Duration::try_from_secs_f64(ms / 1000.0).ok())
+        .flatten()
+        .ok_or_else(|| format!("{flag} must be a non-negative number of ms, got {ms}"))
+}
+
+impl SimFaultArgs {
+    /// The fault settings these flags describe; a bad value is a one-line error naming its
+    /// flag.
+    pub fn to_faults(&self) -> Result<bench_sim::Faults, String> {
+        let rates = if self.fault.is_empty() {
+            Vec::new()
+        } else {
+            bench_sim::Faults::parse(&self.fault.join(",")).map_err(|e| format!("--fault {e}"))?
+        };
+        Ok(bench_sim::Faults {
+            rates,
+            seed: self.fault_seed,
+            log: self.fault_log.clone(),
+            stall: fault_ms(self.fault_stall_ms, "--fault-stall-ms")?,
+            slow_headers: fault_ms(self.fault_slow_ms, "--fault-slow-ms")?,
+            retry_after_s: self.fault_retry_after_s,
+        })
+    }
 }
 
 /// `bench probe` flags.
@@ -314,9 +401,15 @@ pub struct ProbeArgs {
     /// Request timeout in seconds.
     #[arg(long, default_value_t = 120.0)]
     pub timeout_s: f64,
-    /// Extra request header, `K=V` (repeatable).
+    /// Extra request header, `K=V` (repeatable). The values of Authorization,
+    /// Proxy-Authorization and headers whose names contain key, token, secret, auth or cookie
+    /// are secrets: never shown (`***`; see docs/secrets.md).
     #[arg(long = "header", value_name = "K=V")]
     pub headers: Vec<String>,
+    /// Treat the value of header NAME (a --header) as a secret too, whatever its name
+    /// (repeatable).
+    #[arg(long = "secret-header", value_name = "NAME")]
+    pub secret_headers: Vec<String>,
     /// JSON object merged into the request body last (overrides any field; null removes one).
     #[arg(long, value_name = "JSON")]
     pub extra_request_body: Option<String>,
@@ -367,7 +460,10 @@ impl std::fmt::Display for CliError {
     }
 }
 
+/// Writes `text` to stdout, every secret of the process replaced by `***`
+/// ([`secrets::scrub`]).
 pub(crate) fn out(text: &str) -> Result<(), CliError> {
+    let text = secrets::scrub(text);
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())
@@ -394,6 +490,7 @@ pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
     config.session_header = args.session_header.clone();
     config.worker_id = args.worker_id.clone();
     config.hold = args.hold;
+    config.faults = args.faults.to_faults().map_err(CliError::Usage)?;
     config.tls = args.tls.identity()?;
     let server = SimServer::start(config)
         .await
@@ -466,6 +563,11 @@ pub async fn run_probe(args: ProbeArgs) -> Result<(), CliError> {
         return Err(CliError::Usage("--max-tokens must be at least 1".into()));
     }
     let headers = parse_headers(&args.headers)?;
+    secrets::init(
+        &headers,
+        &args.secret_headers,
+        &bench_run::secrets::Secrets::default(),
+    );
     let extra = parse_extra_body(args.extra_request_body.as_deref())?;
     let target = match &args.base_url {
         Some(u) => ProbeTarget::Url(u.clone()),
@@ -498,6 +600,7 @@ pub async fn run_probe(args: ProbeArgs) -> Result<(), CliError> {
         },
         timeout: Duration::from_secs_f64(args.timeout_s),
         headers,
+        secret_headers: args.secret_headers.clone(),
         extra_body: extra,
         tls: args.tls.options(),
         endpoint: args.endpoint,

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("BENCH_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| bench_cli::secrets::Stderr)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", bench_cli::secrets::scrub(&e.to_string()));
             ExitCode::from(e.exit_code() as u8)
         }
     }

@@ -41,6 +41,9 @@ pub struct ReportCmd {
 /// Runs `bench report`.
 pub fn run_report(args: ReportCmd) -> Result<(), CliError> {
     let data = bench_run::report::load(&args.run).map_err(|e| CliError::Usage(e.to_string()))?;
+    for note in &data.notes {
+        eprintln!("warning: {note}");
+    }
     if let Some(why) = &data.recomputed {
         eprintln!("bench report: recomputed the result from the records: {why}");
     }
@@ -72,6 +75,7 @@ pub fn run_report(args: ReportCmd) -> Result<(), CliError> {
 
 /// Writes `body` to a temporary file beside `path`, then renames it over `path`.
 pub(crate) fn write_whole(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    let body = crate::secrets::scrub_bytes(body);
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?
@@ -80,7 +84,7 @@ pub(crate) fn write_whole(path: &Path, body: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(body)?;
+        f.write_all(&body)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
     })();

@@ -14,6 +14,7 @@ use crate::{CliError, out};
 const ALLOWED_WITH_RESUME: &[&str] = &[
     "resume",
     "headers",
+    "secret_headers",
     "quiet",
     "json",
     "progress_interval",
@@ -31,6 +32,11 @@ pub(crate) fn run_error(e: bench_run::RunError) -> CliError {
 /// the flags given on the command line.
 pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
     let headers = crate::parse_headers(&args.headers)?;
+    crate::secrets::init(
+        &headers,
+        &args.secret_headers,
+        &bench_run::secrets::Secrets::default(),
+    );
     // Notices go above the progress bar once there is one (an eprintln would tear it).
     let bar: Arc<OnceLock<indicatif::ProgressBar>> = Arc::default();
     let slot = bar.clone();
@@ -47,6 +53,7 @@ pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
     let options = RunOptions {
         run_dir: args.run_dir.clone(),
         headers,
+        secret_headers: args.secret_headers.clone(),
         observers: Vec::new(),
         plan_progress: Some(plan_progress()),
         notices: Some(notices),
@@ -62,7 +69,8 @@ pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
             if !extra.is_empty() {
                 return Err(CliError::Usage(format!(
                     "--resume takes the run's configuration from its run.json; {} cannot be \
-                     given with it (only --header, -q, --json, --progress-interval and --no-progress-bar can)",
+                     given with it (only --header, --secret-header, -q, --json, --progress-interval and \
+                     --no-progress-bar can)",
                     extra.join(", ")
                 )));
             }

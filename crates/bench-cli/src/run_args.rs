@@ -72,8 +72,9 @@ pub struct RunCmd {
     /// Finish the run in RUN_DIR that crashed or was stopped, with the configuration recorded
     /// in its run.json: finished sessions are kept, partly played ones are played again from
     /// their first turn (their earlier records are marked `superseded`), and result.json counts
-    /// each planned session once. Only --header (header values are never recorded), -q,
-    /// --json, --progress-interval and --no-progress-bar may be given with it.
+    /// each planned session once. Only --header (header values are never recorded),
+    /// --secret-header, -q, --json, --progress-interval and --no-progress-bar may be given
+    /// with it.
     #[arg(long, value_name = "RUN_DIR")]
     pub resume: Option<PathBuf>,
     /// Server to benchmark (http:// or https://). Without it, the embedded simulator is started.
@@ -132,6 +133,33 @@ pub struct RunCmd {
     /// Stop a session at its next turn boundary once it has run this long (0: never).
     #[arg(long, value_parser = parse_duration_or_zero)]
     pub session_timeout: Option<Duration>,
+    /// Send a failed turn again up to N times (default 0: a benchmark must not hide errors).
+    /// Only HTTP 408/429/500/502/503/504, connection failures, broken connections and streams
+    /// cut before their end are retried; every failed attempt stays in the turn's record
+    /// (`attempts`, `failed_attempts`) and in result.json's per-attempt error counts.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub retries: u32,
+    /// The wait before the first retry, doubling each time; a server's `Retry-After` (whole
+    /// seconds) is honoured instead. Either is capped at --retry-max-wait.
+    #[arg(long, value_parser = parse_duration, default_value = "500ms")]
+    pub retry_backoff: Duration,
+    /// The longest wait between attempts.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub retry_max_wait: Duration,
+    /// Cap on one event-stream line or event a server sends (bytes, or 8MiB, 1GiB...): past it
+    /// the turn is a `response_too_large` error and the rest is not read.
+    #[arg(long, value_name = "SIZE", value_parser = bench_transport::limits::parse_bytes,
+          default_value = "8MiB", help_heading = "Response size caps")]
+    pub max_event_bytes: u64,
+    /// Cap on one response body, streamed or not (past it: `response_too_large`).
+    #[arg(long, value_name = "SIZE", value_parser = bench_transport::limits::parse_bytes,
+          default_value = "64MiB", help_heading = "Response size caps")]
+    pub max_response_bytes: u64,
+    /// Cap on one non-streamed answer read whole: a JSON completion, /v1/models, /metrics
+    /// (past it: `response_too_large`).
+    #[arg(long, value_name = "SIZE", value_parser = bench_transport::limits::parse_bytes,
+          default_value = "8MiB", help_heading = "Response size caps")]
+    pub max_json_bytes: u64,
     /// Wait this long for GET /v1/models to answer 200 before the run (0: try once).
     #[arg(long, value_parser = parse_duration_or_zero, default_value = "60s",
           visible_alias = "ready-check-timeout-sec")]
@@ -192,9 +220,16 @@ pub struct RunCmd {
     /// JSON object merged into every request body last (over the sampling flags too).
     #[arg(long, value_name = "JSON")]
     pub extra_request_body: Option<String>,
-    /// Extra request header, `K=V` (repeatable). Only the names are recorded in run.json.
+    /// Extra request header, `K=V` (repeatable). Only the names are recorded in run.json. The
+    /// values of Authorization, Proxy-Authorization and headers whose names contain key,
+    /// token, secret, auth or cookie are secrets: never written or shown (`***`; see
+    /// docs/secrets.md).
     #[arg(long = "header", value_name = "K=V")]
     pub headers: Vec<String>,
+    /// Treat the value of header NAME (a --header) as a secret too, whatever its name: it is
+    /// replaced by `***` wherever it would be written or shown (repeatable).
+    #[arg(long = "secret-header", value_name = "NAME")]
+    pub secret_headers: Vec<String>,
     /// Send each session's id in this header (a stable routing key for routers); without a
     /// value, in `X-SMG-Routing-Key` (agentic-bench's).
     #[arg(long, value_name = "HEADER", num_args = 0..=1, default_missing_value = "X-SMG-Routing-Key")]
@@ -444,6 +479,7 @@ impl RunCmd {
             Some(base_url) => Target::Url {
                 base_url,
                 header_names: Vec::new(),
+                secret_header_names: Vec::new(),
                 ready_timeout: self.ready_timeout,
                 tls: self.tls.options(),
             },
@@ -535,6 +571,14 @@ impl RunCmd {
                 max_duration: self.max_duration.filter(|d| !d.is_zero()),
                 turn_timeout: self.turn_timeout,
                 session_timeout: self.session_timeout.filter(|d| !d.is_zero()),
+                max_event_bytes: self.max_event_bytes,
+                max_response_bytes: self.max_response_bytes,
+                max_json_bytes: self.max_json_bytes,
+            },
+            retry: bench_runner::Retry {
+                max: self.retries,
+                backoff: self.retry_backoff,
+                max_wait: self.retry_max_wait,
             },
             warmup_sessions: self.warmup_sessions,
             scrape: if self.no_metrics || self.metrics_interval.is_zero() {

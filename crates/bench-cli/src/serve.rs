@@ -28,6 +28,11 @@ pub struct ServeCmd {
 /// Runs `bench serve` until Ctrl-C or SIGTERM (the active run is cancelled and finalized).
 pub async fn run_serve(args: ServeCmd) -> Result<(), CliError> {
     let (bind, token, runs_dir) = (args.bind, args.token, args.runs_dir.clone());
+    let mut own = bench_run::secrets::Secrets::default();
+    if let Some(t) = &token {
+        own.add(t);
+    }
+    crate::secrets::init(&[], &[], &own);
     let cfg = ServeConfig {
         bind,
         token,

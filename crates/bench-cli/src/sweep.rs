@@ -189,6 +189,7 @@ struct Points {
     axis: SweepAxis,
     dir: PathBuf,
     headers: Vec<(String, String)>,
+    secret_headers: Vec<String>,
     interval: Duration,
     mode: Mode,
     stop: Arc<Stopper>,
@@ -221,6 +222,7 @@ impl Points {
         let options = RunOptions {
             run_dir: Some(self.dir.join(&name)),
             headers: self.headers.clone(),
+            secret_headers: self.secret_headers.clone(),
             plan_progress: Some(plan_progress()),
             notices: Some(notices),
             ..RunOptions::default()
@@ -397,8 +399,13 @@ pub async fn run_sweep(args: SweepCmd) -> Result<(), CliError> {
         SweepAxis::Concurrency => r.plan.concurrency = Some(first as u32),
         SweepAxis::Rate => r.rate = Some(first),
     }
-    let base = r.to_spec()?;
     let headers = crate::parse_headers(&r.headers)?;
+    crate::secrets::init(
+        &headers,
+        &r.secret_headers,
+        &bench_run::secrets::Secrets::default(),
+    );
+    let base = r.to_spec()?;
 
     let dir = f.sweep_dir.clone().unwrap_or_else(sweep::default_sweep_dir);
     if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
@@ -422,6 +429,7 @@ pub async fn run_sweep(args: SweepCmd) -> Result<(), CliError> {
         axis,
         dir: dir.clone(),
         headers,
+        secret_headers: r.secret_headers.clone(),
         interval: r.progress_interval,
         mode: r.progress_mode(),
         stop,
@@ -450,7 +458,7 @@ pub async fn run_sweep(args: SweepCmd) -> Result<(), CliError> {
         config,
         |level, name| points.play(level, name),
         |s: &SweepSummary| {
-            if let Err(e) = sweep::write_files(&dir, s) {
+            if let Err(e) = sweep::write_files_with(&dir, s, crate::secrets::get()) {
                 write_error.get_or_insert(e.to_string());
             }
             if !json && printed.is_ok() {
@@ -470,7 +478,7 @@ pub async fn run_sweep(args: SweepCmd) -> Result<(), CliError> {
     if let Some(e) = write_error {
         eprintln!("warning: {e}");
     }
-    sweep::write_files(&dir, &summary).map_err(run_error)?;
+    sweep::write_files_with(&dir, &summary, crate::secrets::get()).map_err(run_error)?;
     if json {
         let text = serde_json::to_string_pretty(&summary)
             .map_err(|e| CliError::Failed(format!("cannot encode the sweep summary: {e}")))?;

@@ -82,6 +82,11 @@ pub struct PlanArgs {
     /// Count and skip invalid trace records instead of stopping at the first.
     #[arg(long)]
     pub skip_invalid: bool,
+    /// The longest line of a trace file read (bytes, or 64MiB, 1GiB...): a longer one is an
+    /// invalid record, read no further than the cap, so memory stays bounded.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB",
+          value_parser = bench_transport::limits::parse_bytes)]
+    pub max_trace_line: u64,
     /// How the trace's tool calls and results are sent: coerce (results as user text, calls
     /// dropped: every chat template accepts it) or faithful (assistant `tool_calls` with their
     /// ids, results as `role: tool` with `tool_call_id`, and the recorded `tools`
@@ -165,6 +170,7 @@ impl PlanArgs {
         cfg.gap_cap_ms = self.gap_cap_ms;
         cfg.raw_gaps = self.raw_gaps;
         cfg.skip_invalid = self.skip_invalid;
+        cfg.max_trace_line_bytes = self.max_trace_line;
         cfg.tool_messages = match self.tool_messages {
             ToolMessagesArg::Coerce => bench_workload::plan::ToolMessages::Coerce,
             ToolMessagesArg::Faithful => bench_workload::plan::ToolMessages::Faithful,

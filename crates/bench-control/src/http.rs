@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 
 use crate::ApiError;
 use crate::runs::{Control, Found};
-use bench_rundir::{RunKind, files};
+use bench_rundir::{RunKind, Secrets, files};
 
 /// Request bodies above this are refused (413).
 pub const MAX_BODY: usize = 1 << 20;
@@ -50,21 +50,28 @@ fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) 
     r
 }
 
-fn json(status: StatusCode, v: &impl serde::Serialize) -> Response<Body> {
-    let body = serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec());
+/// `v` as a JSON response, every secret the control plane knows replaced by `***`.
+fn json(status: StatusCode, v: &impl serde::Serialize, secrets: &Secrets) -> Response<Body> {
+    let body = match serde_json::to_value(v) {
+        Ok(mut v) => {
+            secrets.scrub_json(&mut v);
+            serde_json::to_vec(&v).unwrap_or_else(|_| b"{}".to_vec())
+        }
+        Err(_) => b"{}".to_vec(),
+    };
     let mut r = full(status, "application/json", body);
     r.headers_mut()
         .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 
-fn error(e: &ApiError) -> Response<Body> {
+fn error(e: &ApiError, secrets: &Secrets) -> Response<Body> {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut body = serde_json::json!({ "error": e.message });
     if let Some(a) = &e.active {
         body["active"] = a.clone().into();
     }
-    json(status, &body)
+    json(status, &body, secrets)
 }
 
 fn query<'a>(req: &'a Request<Incoming>, key: &str) -> Option<String> {
@@ -104,22 +111,28 @@ async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         (&Method::GET, "/healthz") => return full(StatusCode::OK, "text/plain", "ok\n"),
         _ => {}
     }
+    let secrets = app.control.secrets();
     if !(path.starts_with("/api/") || path == "/metrics") {
-        return error(&ApiError::new(404, format!("no route {path}")));
+        return error(&ApiError::new(404, format!("no route {path}")), &secrets);
     }
     if !authorized(&app, &req) {
-        let mut r = error(&ApiError::new(
-            401,
-            "a token is required: Authorization: Bearer TOKEN (or ?access_token= for EventSource)"
-                .into(),
-        ));
+        let mut r = error(
+            &ApiError::new(
+                401,
+                "a token is required: Authorization: Bearer TOKEN (or ?access_token= for \
+                 EventSource)"
+                    .into(),
+            ),
+            &secrets,
+        );
         r.headers_mut()
             .insert("www-authenticate", HeaderValue::from_static("Bearer"));
         return r;
     }
-    match api(&app, req, &method, &path).await {
+    match api(&app, req, &method, &path, &secrets).await {
         Ok(r) => r,
-        Err(e) => error(&e),
+        // A run's start adds its secrets: an error about it is scrubbed with them too.
+        Err(e) => error(&e, &app.control.secrets()),
     }
 }
 
@@ -132,6 +145,7 @@ async fn api(
     req: Request<Incoming>,
     method: &Method,
     path: &str,
+    secrets: &Secrets,
 ) -> Result<Response<Body>, ApiError> {
     let c = &app.control;
     if path == "/metrics" {
@@ -158,11 +172,12 @@ async fn api(
                     "active": c.active().map(|a| a.id.clone()),
                     "runs": c.list(),
                 }),
+                secrets,
             )),
             Method::POST => {
                 let body = read_body(req).await?;
                 let entry = c.start(&body)?;
-                let mut r = json(StatusCode::CREATED, &entry.view());
+                let mut r = json(StatusCode::CREATED, &entry.view(), &c.secrets());
                 if let Ok(v) = HeaderValue::from_str(&format!("/api/runs/{}", entry.id)) {
                     r.headers_mut().insert(LOCATION, v);
                 }
@@ -174,7 +189,7 @@ async fn api(
             if method != Method::GET {
                 return Err(not_allowed(method, path));
             }
-            Ok(json(StatusCode::OK, &c.find(id)?.view()))
+            Ok(json(StatusCode::OK, &c.find(id)?.view(), secrets))
         }
         ["runs", id, "events"] => {
             if method != Method::GET {
@@ -211,6 +226,17 @@ async fn api(
             };
             let file = found.dir().join(name);
             match std::fs::read(&file) {
+                // Written scrubbed; a directory another process wrote may not be.
+                Ok(bytes) if secrets.leaks(&String::from_utf8_lossy(&bytes)) => {
+                    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+                        Ok(v) => Ok(json(StatusCode::OK, &v, secrets)),
+                        Err(_) => Ok(full(
+                            StatusCode::OK,
+                            "application/json",
+                            secrets.scrub(&String::from_utf8_lossy(&bytes)).into_owned(),
+                        )),
+                    }
+                }
                 Ok(bytes) => Ok(full(StatusCode::OK, "application/json", bytes)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ApiError::new(
                     404,
@@ -235,7 +261,7 @@ async fn api(
             match c.find(id)? {
                 Found::Live(e) => {
                     if e.cancel() {
-                        Ok(json(StatusCode::ACCEPTED, &e.view()))
+                        Ok(json(StatusCode::ACCEPTED, &e.view(), secrets))
                     } else {
                         Err(ApiError::new(409, format!("run {id} has already ended")))
                     }

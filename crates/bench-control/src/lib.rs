@@ -156,6 +156,9 @@ impl Server {
         })?;
         let mut control_cfg = cfg.control;
         control_cfg.runs_dir = cfg.runs_dir;
+        if let Some(t) = &cfg.token {
+            control_cfg.secrets.add(t);
+        }
         Ok(Server {
             listener,
             addr,

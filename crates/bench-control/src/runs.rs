@@ -16,7 +16,9 @@ use bench_report::grade::GraderSummary;
 use bench_run::hooks::{Grader, Hooks};
 use bench_run::journeys::{JourneysOptions, JourneysSpec};
 use bench_run::{Notice, RunOptions, RunSpec, Snapshot};
-use bench_rundir::{EventLine, LifecycleEvent, RunJsonHead, RunKind, StopBy, files, jsonl};
+use bench_rundir::{
+    EventLine, LifecycleEvent, RunJsonHead, RunKind, Secrets, StopBy, files, jsonl,
+};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -348,8 +350,21 @@ impl std::fmt::Debug for Request {
     }
 }
 
-/// Parses a `POST /api/runs` body: a run spec, `kind` and `headers` (values never stored).
-pub fn parse_request(body: &[u8]) -> Result<(Request, Vec<(String, String)>), ApiError> {
+/// What `POST /api/runs` asked for, and what is never stored of it.
+#[derive(Debug)]
+pub struct Parsed {
+    /// The run.
+    pub request: Request,
+    /// `headers`: request headers for the server under test (only their names are stored).
+    pub headers: Vec<(String, String)>,
+    /// `secret_headers`: names of headers whose values are secrets whatever their names (as
+    /// `--secret-header`; names matching [`bench_rundir::is_secret_name`] always are).
+    pub secret_headers: Vec<String>,
+}
+
+/// Parses a `POST /api/runs` body: a run spec, `kind`, `headers` (values never stored) and
+/// `secret_headers`. An error never echoes a header's value.
+pub fn parse_request(body: &[u8]) -> Result<Parsed, ApiError> {
     let bad = |m: String| ApiError::new(400, m);
     let mut value: Value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Object(serde_json::Map::new())
@@ -394,6 +409,32 @@ pub fn parse_request(body: &[u8]) -> Result<(Request, Vec<(String, String)>), Ap
             ));
         }
     };
+    let secret_headers = match obj.remove("secret_headers") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => {
+            let mut out = Vec::new();
+            for v in a {
+                match v {
+                    Value::String(n) if http::HeaderName::from_bytes(n.as_bytes()).is_ok() => {
+                        out.push(n);
+                    }
+                    other => {
+                        return Err(bad(format!("secret_headers: {other} is not a header name")));
+                    }
+                }
+            }
+            out
+        }
+        Some(_) => {
+            return Err(bad(
+                "secret_headers: must be an array of header names".into()
+            ));
+        }
+    };
+    // The secrets of this request: no error below may show them.
+    let mut secrets = Secrets::from_env();
+    secrets.add_headers(&headers, &secret_headers);
+    let bad = |m: String| ApiError::new(400, secrets.scrub(&m).into_owned());
     let value = Value::Object(std::mem::take(obj));
     let field = |e: serde_path_to_error::Error<serde_json::Error>| {
         let path = e.path().to_string();
@@ -416,7 +457,11 @@ pub fn parse_request(body: &[u8]) -> Result<(Request, Vec<(String, String)>), Ap
             Request::Journeys(Box::new(spec))
         }
     };
-    Ok((req, headers))
+    Ok(Parsed {
+        request: req,
+        headers,
+        secret_headers,
+    })
 }
 
 /// A run id: 1 to 128 of `[A-Za-z0-9._-]`, not starting with `.` (so no id names a path
@@ -447,6 +492,9 @@ pub struct ControlConfig {
     pub hooks: Vec<Arc<dyn Hooks>>,
     /// Added to every replay's graders (after the spec's own).
     pub graders: Vec<Arc<dyn Grader>>,
+    /// Values never to show in a response or an event (the environment's API keys, the token
+    /// and each run's secret headers are added by the control plane itself).
+    pub secrets: Secrets,
 }
 
 impl std::fmt::Debug for ControlConfig {
@@ -455,6 +503,7 @@ impl std::fmt::Debug for ControlConfig {
             .field("runs_dir", &self.runs_dir)
             .field("hooks", &self.hooks.len())
             .field("graders", &self.graders.len())
+            .field("secrets", &self.secrets)
             .finish()
     }
 }
@@ -469,6 +518,9 @@ struct State {
 pub struct Control {
     cfg: ControlConfig,
     state: Mutex<State>,
+    /// Every secret known so far: the configuration's, the environment's and every run's
+    /// secret headers' (scrubbed from every response).
+    secrets: Mutex<Secrets>,
 }
 
 impl std::fmt::Debug for Control {
@@ -810,10 +862,22 @@ fn push_progress(log: &EventLog, live: &Live, s: &Snapshot) {
 impl Control {
     /// A control plane keeping its runs under `cfg.runs_dir`.
     pub fn new(cfg: ControlConfig) -> Arc<Control> {
+        let mut secrets = Secrets::from_env();
+        secrets.extend(&cfg.secrets);
         Arc::new(Control {
             cfg,
             state: Mutex::default(),
+            secrets: Mutex::new(secrets),
         })
+    }
+
+    /// Every secret known so far (the environment's, the configuration's, those of every run
+    /// started): what no response may show.
+    pub fn secrets(&self) -> Secrets {
+        self.secrets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Where runs go.
@@ -839,7 +903,18 @@ impl Control {
     /// Starts a run from a `POST /api/runs` body: 201 material, or 400 (bad spec) / 409
     /// (another run is active).
     pub fn start(self: &Arc<Self>, body: &[u8]) -> Result<Arc<RunEntry>, ApiError> {
-        let (req, headers) = parse_request(body)?;
+        let Parsed {
+            request: req,
+            headers,
+            secret_headers,
+        } = parse_request(body)?;
+        // This run's secrets: scrubbed from its events, and from every response from now on.
+        let mut run_secrets = self.secrets();
+        run_secrets.add_headers(&headers, &secret_headers);
+        self.secrets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(&run_secrets);
         let kind = match &req {
             Request::Replay(_) => RunKind::Replay,
             Request::Journeys(_) => RunKind::Journeys,
@@ -863,6 +938,7 @@ impl Control {
             let dir = self.cfg.runs_dir.join(&id);
             let log = std::fs::create_dir_all(&dir)
                 .and_then(|()| EventLog::with_file(&dir.join(files::STREAM)))
+                .map(|l| l.with_secrets(run_secrets.clone()))
                 .map_err(|e| {
                     ApiError::new(
                         500,
@@ -896,14 +972,19 @@ impl Control {
                 "kind": kind,
                 "spec": spec,
                 "header_names": headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+                "secret_header_names": secret_headers,
             }),
         );
         let me = self.clone();
         let e = entry.clone();
         tokio::spawn(async move {
             match req {
-                Request::Replay(spec) => me.drive_replay(&e, *spec, headers).await,
-                Request::Journeys(spec) => me.drive_journeys(&e, *spec, headers).await,
+                Request::Replay(spec) => {
+                    me.drive_replay(&e, *spec, headers, secret_headers).await;
+                }
+                Request::Journeys(spec) => {
+                    me.drive_journeys(&e, *spec, headers, secret_headers).await;
+                }
             }
             me.retire(&e);
         });
@@ -933,12 +1014,20 @@ impl Control {
         })
     }
 
-    async fn drive_replay(&self, entry: &RunEntry, spec: RunSpec, headers: Vec<(String, String)>) {
+    async fn drive_replay(
+        &self,
+        entry: &RunEntry,
+        spec: RunSpec,
+        headers: Vec<(String, String)>,
+        secret_headers: Vec<String>,
+    ) {
         let mut hooks: Vec<Arc<dyn Hooks>> = vec![entry.live.clone()];
         hooks.extend(self.cfg.hooks.iter().cloned());
         let options = RunOptions {
             run_dir: Some(entry.dir.clone()),
             headers,
+            secret_headers,
+            secrets: self.cfg.secrets.clone(),
             observers: vec![entry.live.clone()],
             notices: Some(Self::notices(&entry.log)),
             hooks,
@@ -980,6 +1069,7 @@ impl Control {
         entry: &RunEntry,
         spec: JourneysSpec,
         headers: Vec<(String, String)>,
+        secret_headers: Vec<String>,
     ) {
         let mut hooks: Vec<Arc<dyn Hooks>> = vec![entry.live.clone()];
         hooks.extend(self.cfg.hooks.iter().cloned());
@@ -1002,6 +1092,8 @@ impl Control {
         let options = JourneysOptions {
             run_dir: Some(entry.dir.clone()),
             headers,
+            secret_headers,
+            secrets: self.cfg.secrets.clone(),
             hooks,
             on_run: Some(Arc::new(on_run)),
             notices: Some(Self::notices(&entry.log)),

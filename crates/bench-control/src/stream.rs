@@ -76,6 +76,8 @@ pub(crate) fn is_terminal(event: &str) -> bool {
 #[derive(Debug)]
 pub struct EventLog {
     inner: Mutex<Inner>,
+    /// Replaced by `***` in every event pushed.
+    secrets: bench_rundir::Secrets,
     cap: usize,
     /// The id of the latest event; `true` once the terminal one is in.
     tx: watch::Sender<(u64, bool)>,
@@ -107,9 +109,17 @@ impl EventLog {
                 next_id: 1,
                 ..Inner::default()
             }),
+            secrets: bench_rundir::Secrets::default(),
             cap: cap.max(1),
             tx,
         }
+    }
+
+    /// The same log, replacing every secret in an event's strings by `***` before it is
+    /// kept, written or sent (a run's header values, the environment's API keys).
+    pub fn with_secrets(mut self, secrets: bench_rundir::Secrets) -> EventLog {
+        self.secrets = secrets;
+        self
     }
 
     /// A log that also appends every event to `path` (`stream.jsonl` in the run directory),
@@ -186,15 +196,17 @@ impl EventLog {
     }
 
     fn push_inner(&self, event: &str, fields: &impl Serialize, terminal: bool) -> Option<u64> {
-        let serde_json::Value::Object(fields) = serde_json::to_value(fields).ok()? else {
+        let serde_json::Value::Object(mut fields) = serde_json::to_value(fields).ok()? else {
             return None;
         };
+        if !self.secrets.is_empty() {
+            fields.values_mut().for_each(|v| self.secrets.scrub_json(v));
+        }
         let mut g = self.lock();
         if g.closed {
             return None;
         }
         let id = g.next_id;
-        let mut fields = fields;
         fields.remove("id");
         fields.remove("event");
         // `id` and `event` first, for people reading the stream.

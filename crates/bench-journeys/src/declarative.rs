@@ -112,7 +112,9 @@
 //! `for_each` position. A variable no step captures is an error when the file is parsed; one not
 //! captured yet when a step runs fails the step with `other: unknown variable {{x}}`. A step
 //! cannot capture a parameter's name. Parameters are recorded in the run's report: pass
-//! secrets as `{{env.NAME}}`.
+//! secrets as `{{env.NAME}}`. Every `{{env.NAME}}` value the file reads, the literal values of
+//! its secret-named headers ([`bench_rundir::is_secret_name`]) and the values such headers get
+//! from variables are secrets ([`JourneyFile::secrets`]): failures show them as `***`.
 //!
 //! Setup captures (the file's `[[setup]]` steps, then the journey's) form the journey context,
 //! shared by every timed operation. Captures inside `measure` are local to one operation (so
@@ -138,6 +140,8 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderName, HeaderValue, Method};
 use serde::Deserialize;
 
+use bench_rundir::secrets::{Secrets, is_secret_name};
+
 use crate::journey::{BoxFuture, Ctx, Env, Failure, Journey, Kind};
 
 mod streams;
@@ -157,6 +161,7 @@ pub struct FileError {
 pub struct JourneyFile {
     journeys: Vec<Arc<FileJourney>>,
     params: Vec<Param>,
+    secrets: Secrets,
 }
 
 /// A parameter a journeys file declares (`[params]`).
@@ -184,6 +189,15 @@ impl JourneyFile {
     /// Its parameters, by name.
     pub fn params(&self) -> &[Param] {
         &self.params
+    }
+
+    /// What the file makes secret: the value of every environment variable it reads
+    /// (`{{env.NAME}}`, the documented way to pass a secret) and the literal values of its
+    /// secret-named headers ([`bench_rundir::is_secret_name`]). The journeys scrub them (and
+    /// the values such headers get from captured variables) from their failures; a front end
+    /// adds them to everything else it scrubs.
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
     }
 
     /// One line naming the parameters that have no value, with what each is for; `None` when
@@ -235,7 +249,49 @@ pub fn parse_with(
     };
     let de = toml::Deserializer::parse(text).map_err(|e| err(toml_message(text, &e)))?;
     let raw: RawFile = serde_path_to_error::deserialize(de).map_err(|e| err(located(text, &e)))?;
-    compile(raw, params).map_err(err)
+    let mut f = compile(raw, params).map_err(err)?;
+    f.secrets = file_secrets(text, &f);
+    if let Some(j) = f.journeys.first() {
+        j.common.add_secrets(&f.secrets);
+    }
+    Ok(f)
+}
+
+/// [`JourneyFile::secrets`]: the values of the environment variables `text` names as
+/// `{{env.NAME}}` (a name in a comment counts too: more is scrubbed, never less), and the
+/// literal values of secret-named headers.
+fn file_secrets(text: &str, f: &JourneyFile) -> Secrets {
+    let mut s = Secrets::default();
+    let mut rest = text;
+    while let Some(i) = rest.find("{{") {
+        let after = &rest[i + 2..];
+        let Some(j) = after.find("}}") else { break };
+        if let Some(name) = after[..j].trim().strip_prefix("env.") {
+            if let Ok(v) = std::env::var(name) {
+                s.add(&v);
+            }
+        }
+        rest = &after[j + 2..];
+    }
+    let Some(first) = f.journeys.first() else {
+        return s;
+    };
+    let common = &first.common;
+    let steps = common.setup.iter().chain(
+        f.journeys
+            .iter()
+            .flat_map(|j| j.setup.iter().chain(&j.measure).chain(&j.teardown)),
+    );
+    let headers = common
+        .headers
+        .iter()
+        .chain(steps.flat_map(|st| st.headers.iter()));
+    for (name, t) in headers {
+        if let (true, Some(v)) = (is_secret_name(name.as_str()), t.literal()) {
+            s.add_header(name.as_str(), &v);
+        }
+    }
+    s
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -891,6 +947,9 @@ struct Common {
     setup: Vec<Step>,
     /// Clients for the `base` URLs steps name, by URL.
     clients: Mutex<HashMap<String, bench_transport::Client>>,
+    /// The file's secrets ([`JourneyFile::secrets`]) and the values secret-named headers got
+    /// from captured variables: scrubbed from every failure.
+    secrets: Mutex<Secrets>,
 }
 
 impl Common {
@@ -908,6 +967,49 @@ impl Common {
             .map_err(|e| Failure::other(format!("base {base}: {e}")))?;
         clients.insert(base.to_owned(), c.clone());
         Ok(c)
+    }
+
+    fn add_secrets(&self, more: &Secrets) {
+        self.secrets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(more);
+    }
+
+    /// `f` with every secret replaced by `***`: the file's, the client's (the environment's
+    /// API keys, the secret `--header`s) and those captured so far.
+    fn scrub(&self, mut f: Failure, env: &Env) -> Failure {
+        let own = self
+            .secrets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for s in [&own, env.client.secrets()] {
+            s.scrub_string(&mut f.reason);
+            s.scrub_string(&mut f.detail);
+        }
+        f
+    }
+
+    /// A header's value rendered from `t`: a secret-named header whose value comes from a
+    /// variable makes that value a secret (marked sensitive, scrubbed from failures).
+    fn header(
+        &self,
+        n: &HeaderName,
+        t: &Template,
+        vars: &Vars<'_>,
+    ) -> Result<HeaderValue, Failure> {
+        let v = t.render(vars, false)?;
+        let secret = is_secret_name(n.as_str());
+        if secret && t.literal().is_none() {
+            self.secrets
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .add_header(n.as_str(), &v);
+        }
+        let mut v = header_value(n, v)?;
+        v.set_sensitive(secret);
+        Ok(v)
     }
 
     /// Fails when a parameter has no value.
@@ -1463,6 +1565,7 @@ fn compile(raw: RawFile, given: &BTreeMap<String, String>) -> Result<JourneyFile
         timeout: timeout_of(raw.defaults.timeout_s).map_err(|e| format!("defaults: {e}"))?,
         setup: common_setup,
         clients: Mutex::new(HashMap::new()),
+        secrets: Mutex::new(Secrets::default()),
     });
     if raw.journey.is_empty() {
         return Err("no [[journey]]".into());
@@ -1530,6 +1633,7 @@ fn compile(raw: RawFile, given: &BTreeMap<String, String>) -> Result<JourneyFile
     Ok(JourneyFile {
         journeys: out,
         params,
+        secrets: Secrets::default(),
     })
 }
 
@@ -1635,6 +1739,7 @@ async fn run_steps(
             scope.clock_stop = Some(scope.matched_at.unwrap_or_else(Instant::now));
         }
         if let Err(f) = r {
+            let f = common.scrub(f, env);
             if !best_effort {
                 return Err(f);
             }
@@ -1719,11 +1824,7 @@ async fn run_once(
         let path = step.path.render(&vars, true)?;
         let mut headers = Vec::new();
         for (n, t) in &common.headers {
-            set_header(
-                &mut headers,
-                n.clone(),
-                header_value(n, t.render(&vars, false)?)?,
-            );
+            set_header(&mut headers, n.clone(), common.header(n, t, &vars)?);
         }
         let body = match &step.body {
             BodyT::Empty => Bytes::new(),
@@ -1769,11 +1870,7 @@ async fn run_once(
             }
         };
         for (n, t) in &step.headers {
-            set_header(
-                &mut headers,
-                n.clone(),
-                header_value(n, t.render(&vars, false)?)?,
-            );
+            set_header(&mut headers, n.clone(), common.header(n, t, &vars)?);
         }
         (base, path, headers, body)
     };
@@ -1988,9 +2085,11 @@ fn tar_gz(files: &[(&str, String)]) -> std::io::Result<Vec<u8>> {
 
 /// The start of a body, for failure details.
 fn snippet(body: &[u8]) -> String {
-    let s = String::from_utf8_lossy(&body[..body.len().min(200)]);
-    let mut s = s.trim().to_owned();
-    if body.len() > 200 {
+    let text = String::from_utf8_lossy(&body[..body.len().min(256)]);
+    // Never inside a word: a secret the server echoed is whole (and scrubbed) or left out.
+    let cut = bench_rundir::secrets::cut(&text, 200);
+    let mut s = cut.trim().to_owned();
+    if cut.len() < body.len() {
         s.push('…');
     }
     s

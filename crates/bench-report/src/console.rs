@@ -64,6 +64,18 @@ impl RunResult {
             "turns          ok {}  failed {}{errors}",
             s.turns_ok, s.turns_failed
         ));
+        if !s.failed_attempts_by_kind.is_empty() {
+            let kinds: Vec<String> = s
+                .failed_attempts_by_kind
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            line(format!(
+                "retried        {} failed attempts sent again ({})",
+                s.failed_attempts_by_kind.values().sum::<u64>(),
+                kinds.join(", ")
+            ));
+        }
         line(format!(
             "sessions       completed {}  truncated {}  context_guard {}  timeout {}  failed {}",
             s.sessions_completed,

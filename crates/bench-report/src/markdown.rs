@@ -66,6 +66,14 @@ impl RunResult {
             s.sessions_timeout,
             s.sessions_failed
         );
+        if !s.failed_attempts_by_kind.is_empty() {
+            let kinds: Vec<String> = s
+                .failed_attempts_by_kind
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            let _ = writeln!(md, "Failed attempts sent again: {}.\n", kinds.join(", "));
+        }
         let _ = writeln!(
             md,
             "Steady window: {} of {} turns (rule `{}`).\n",

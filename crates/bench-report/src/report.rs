@@ -25,6 +25,9 @@ pub struct ReportData {
     pub config: serde_json::Value,
     /// Why `result` was recomputed (`None` when `result.json` was read as written).
     pub recomputed: Option<String>,
+    /// What reading the run directory set aside or could not use, one line each (a torn last
+    /// line cut by a crash, a `run.json` spec this version does not read).
+    pub notes: Vec<String>,
 }
 
 /// One `/metrics` scrape reduced to what the report plots. Every figure is `None` when the

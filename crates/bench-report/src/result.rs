@@ -111,6 +111,11 @@ pub struct Summary {
     pub turns_failed: u64,
     /// Failed turns by `error_kind` (`timeout` when a timed-out turn has none, else `unknown`).
     pub errors_by_kind: BTreeMap<String, u64>,
+    /// Attempts that failed before their turn's last one, by kind: retries (`--retries`) and
+    /// requests the transport sent again after a reused connection closed without an answer.
+    /// With `errors_by_kind` this counts every failed request. Written only when there were any.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failed_attempts_by_kind: BTreeMap<String, u64>,
     /// Session plays that played every planned turn.
     pub sessions_completed: u64,
     /// Session plays cut by the duration deadline or the fuse.
@@ -436,6 +441,12 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         ..Summary::default()
     };
     for r in &measured {
+        for a in &r.failed_attempts {
+            *summary
+                .failed_attempts_by_kind
+                .entry(a.kind.as_str().to_owned())
+                .or_default() += 1;
+        }
         if r.status == TurnStatus::Ok {
             summary.turns_ok += 1;
         } else {
@@ -604,8 +615,8 @@ impl Metrics {
             )
         };
 
-        let out_tokens: u64 = turns.iter().filter_map(|r| r.output_tokens).sum();
-        let in_tokens: u64 = turns.iter().filter_map(|r| r.input_tokens).sum();
+        let out_tokens = saturating_sum(turns.iter().filter_map(|r| r.output_tokens));
+        let in_tokens = saturating_sum(turns.iter().filter_map(|r| r.input_tokens));
 
         let lags = sorted_finite(turns.iter().map(|r| lag_ms(r)));
 
@@ -663,6 +674,12 @@ impl Metrics {
     }
 }
 
+/// The sum of counts read from records: saturating, as a corrupt or hand-edited record may
+/// hold any `u64` (a plain sum overflowed on two near `u64::MAX`).
+fn saturating_sum(counts: impl Iterator<Item = u64>) -> u64 {
+    counts.fold(0, u64::saturating_add)
+}
+
 fn reasoning_summary(turns: &[&TurnRecord]) -> Option<ReasoningSummary> {
     let with: Vec<&&TurnRecord> = turns
         .iter()
@@ -671,7 +688,7 @@ fn reasoning_summary(turns: &[&TurnRecord]) -> Option<ReasoningSummary> {
     if with.is_empty() {
         return None;
     }
-    let sum = |f: fn(&TurnRecord) -> Option<u64>| with.iter().filter_map(|r| f(r)).sum::<u64>();
+    let sum = |f: fn(&TurnRecord) -> Option<u64>| saturating_sum(with.iter().filter_map(|r| f(r)));
     let reported = with.iter().any(|r| r.reasoning_tokens.is_some());
     let mut thinking: Vec<f64> = with
         .iter()
@@ -730,7 +747,7 @@ fn per_user(turns: &[&TurnRecord]) -> PerUserRate {
     let mut plays: HashMap<(&str, u32), (u64, f64)> = HashMap::new();
     for r in turns {
         let e = plays.entry(play(r)).or_default();
-        e.0 += r.output_tokens.unwrap_or(0);
+        e.0 = e.0.saturating_add(r.output_tokens.unwrap_or(0));
         let busy = busy_s(r);
         if busy.is_finite() && busy > 0.0 {
             e.1 += busy;
@@ -754,8 +771,8 @@ fn cache_ratio(turns: &[&TurnRecord]) -> Option<f64> {
     let (mut cached, mut input, mut any) = (0_u64, 0_u64, false);
     for r in turns {
         if let (Some(c), Some(i)) = (r.cached_tokens, r.input_tokens) {
-            cached += c;
-            input += i;
+            cached = cached.saturating_add(c);
+            input = input.saturating_add(i);
             any = true;
         }
     }

@@ -80,8 +80,9 @@ impl SessionMetrics {
             }
             let ok = r.status == TurnStatus::Ok;
             if ok {
-                p.input += r.input_tokens.unwrap_or(0);
-                p.output += r.output_tokens.unwrap_or(0);
+                // Saturating: a corrupt record may hold any count.
+                p.input = p.input.saturating_add(r.input_tokens.unwrap_or(0));
+                p.output = p.output.saturating_add(r.output_tokens.unwrap_or(0));
             }
             if !ok || slo.is_some_and(|s| !s.is_met_by(r)) {
                 p.all_met = false;

@@ -81,6 +81,10 @@ pub struct ClientCpu {
     pub cores: Option<f64>,
     /// The process also ran the server (the embedded simulator): its CPU is in `cpu_s`.
     pub includes_server: bool,
+    /// The process's peak resident memory over its whole life (getrusage `ru_maxrss`), in
+    /// bytes. Written when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
 }
 
 impl ClientCpu {
@@ -91,6 +95,7 @@ impl ClientCpu {
             wall_s,
             cores: (wall_s > 0.0 && cpu_s.is_finite()).then(|| cpu_s / wall_s),
             includes_server,
+            peak_rss_bytes: None,
         }
     }
 }

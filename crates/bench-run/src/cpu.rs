@@ -22,6 +22,26 @@ pub fn process_cpu_s() -> Option<f64> {
     }
 }
 
+/// The process's peak resident memory so far, in bytes (`None` where it cannot be read).
+pub fn peak_rss_bytes() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use nix::sys::resource::{UsageWho, getrusage};
+        let u = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+        // Linux reports KiB (macOS bytes).
+        let n = u64::try_from(u.max_rss()).ok()?;
+        Some(if cfg!(target_os = "macos") {
+            n
+        } else {
+            n * 1024
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
 /// Reads the process's CPU time when the measured phase starts (or when it is made, for a run
 /// without one) and again at [`CpuMeter::finish`].
 #[derive(Debug)]
@@ -45,11 +65,10 @@ impl CpuMeter {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let cpu = process_cpu_s()? - cpu0?;
-        Some(bench_report::ClientCpu::new(
-            cpu.max(0.0),
-            t0.elapsed().as_secs_f64(),
-            includes_server,
-        ))
+        let mut c =
+            bench_report::ClientCpu::new(cpu.max(0.0), t0.elapsed().as_secs_f64(), includes_server);
+        c.peak_rss_bytes = peak_rss_bytes();
+        Some(c)
     }
 }
 

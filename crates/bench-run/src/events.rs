@@ -5,7 +5,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use bench_rundir::{EventLine, LifecycleEvent, files, jsonl};
+use bench_rundir::{EventLine, LifecycleEvent, Secrets, files, jsonl};
 use bench_runner::{Observer, RunEvent};
 use tokio::sync::broadcast;
 
@@ -18,6 +18,7 @@ pub const EVENT_BUFFER: usize = 1024;
 pub struct Events {
     file: Mutex<(Option<File>, Vec<EventLine>)>,
     tx: broadcast::Sender<EventLine>,
+    secrets: Secrets,
 }
 
 impl Events {
@@ -30,6 +31,7 @@ impl Events {
                 Vec::new(),
             )),
             tx,
+            secrets: Secrets::default(),
         })
     }
 
@@ -39,11 +41,20 @@ impl Events {
         Events {
             file: Mutex::new((None, Vec::new())),
             tx,
+            secrets: Secrets::default(),
         }
     }
 
+    /// The same, replacing every secret in an event's texts by `***` before it is written or
+    /// sent.
+    pub fn with_secrets(mut self, secrets: Secrets) -> Events {
+        self.secrets = secrets;
+        self
+    }
+
     /// Writes `event` stamped now, then broadcasts it.
-    pub fn emit(&self, event: LifecycleEvent) {
+    pub fn emit(&self, mut event: LifecycleEvent) {
+        event.scrub(&self.secrets);
         let line = EventLine {
             event,
             utc: bench_report::export::utc_now(),
@@ -90,6 +101,7 @@ pub struct RunDirWriter {
     sessions: Mutex<File>,
     dir: PathBuf,
     errors: Mutex<Vec<String>>,
+    secrets: Secrets,
 }
 
 impl RunDirWriter {
@@ -104,7 +116,15 @@ impl RunDirWriter {
             sessions: Mutex::new(jsonl::open_append(&dir.join(files::SESSIONS))?),
             dir: dir.to_path_buf(),
             errors: Mutex::new(Vec::new()),
+            secrets: Secrets::default(),
         })
+    }
+
+    /// The same, replacing every secret in a record's error texts by `***` (only failed turns
+    /// are looked at).
+    pub fn with_secrets(mut self, secrets: Secrets) -> RunDirWriter {
+        self.secrets = secrets;
+        self
     }
 
     /// Write failures so far (records that could not be written).
@@ -128,6 +148,11 @@ impl RunDirWriter {
 impl Observer for RunDirWriter {
     fn on_event(&self, event: &RunEvent<'_>) {
         match event {
+            RunEvent::TurnFinished(t) if t.leaks(&self.secrets) => {
+                let mut t = (*t).clone();
+                t.scrub(&self.secrets);
+                self.write(&self.turns, files::TURNS, &t);
+            }
             RunEvent::TurnFinished(t) => self.write(&self.turns, files::TURNS, t),
             RunEvent::SessionFinished(s) => self.write(&self.sessions, files::SESSIONS, s),
             _ => {}
@@ -195,6 +220,43 @@ mod tests {
         assert!(late.try_recv().is_err(), "nothing twice");
         events.emit(LifecycleEvent::Other);
         assert_eq!(late.try_recv().unwrap().event, LifecycleEvent::Other);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_secret_in_a_record_or_an_event_is_written_and_sent_as_stars() {
+        let dir = std::env::temp_dir().join(format!("bench-run-scrub-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let secrets = Secrets::default().with("sk-SECRET-0001");
+        let writer = RunDirWriter::create(&dir)
+            .unwrap()
+            .with_secrets(secrets.clone());
+        let events = Events::open(&dir).unwrap().with_secrets(secrets);
+        let mut rx = events.subscribe();
+        let line = r#"{"session_id":"s","replay":0,"turn_index":0,"status":"error",
+            "error_kind":"http_status","error":"http_status: HTTP 401: bad key sk-SECRET-0001",
+            "ttft_ms":null,"e2e_ms":null,"tpot_ms":null,"chunk_gaps_ms":[],"input_tokens":5,
+            "input_tokens_source":"client","output_tokens":null,"output_tokens_source":null,
+            "cached_tokens":null,"cached_device_tokens":null,"cached_host_tokens":null,
+            "max_output_tokens":8,"recorded_output_tokens":null,"active_at_dispatch":1,
+            "due_s":0.0,"sent_s":0.0,"first_token_s":null,"end_s":0.1,"sent_utc":"","end_utc":"",
+            "worker":null,"redials":0,"warmup":false}"#;
+        let t: bench_rundir::TurnRecord = serde_json::from_str(line).unwrap();
+        writer.on_event(&RunEvent::TurnFinished(&t));
+        events.emit(LifecycleEvent::ScrapeDisabled {
+            reason: "GET /metrics: sk-SECRET-0001".into(),
+        });
+        let turns = std::fs::read_to_string(dir.join(files::TURNS)).unwrap();
+        let written = std::fs::read_to_string(dir.join(files::EVENTS)).unwrap();
+        for text in [&turns, &written] {
+            assert!(!text.contains("SECRET") && text.contains("***"), "{text}");
+        }
+        assert_eq!(
+            rx.try_recv().unwrap().event,
+            LifecycleEvent::ScrapeDisabled {
+                reason: "GET /metrics: ***".into()
+            }
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -177,8 +177,23 @@ impl JourneysSpec {
         let file = match (&self.file, &self.pack) {
             (Some(_), Some(_)) => return Err(invalid("pack and file are exclusive: give one")),
             (Some(f), None) => {
-                let text = std::fs::read_to_string(f)
-                    .map_err(|e| invalid(format!("file {}: {e}", f.display())))?;
+                let bytes = std::fs::read(f)
+                    .map_err(|e| invalid(format!("{}: cannot read it: {e}", f.display())))?;
+                let text = String::from_utf8(bytes).map_err(|e| {
+                    let b = e.as_bytes();
+                    let what = if b.starts_with(b"\xFF\xFE") || b.starts_with(b"\xFE\xFF") {
+                        "UTF-16 text (a UTF-16 byte order mark): a journeys file is UTF-8 \
+                         TOML; convert it, e.g. iconv -f UTF-16 -t UTF-8"
+                            .to_string()
+                    } else {
+                        format!(
+                            "not UTF-8 text (invalid byte at offset {}): a journeys file is \
+                             UTF-8 TOML",
+                            e.utf8_error().valid_up_to()
+                        )
+                    };
+                    invalid(format!("{}: {what}", f.display()))
+                })?;
                 parse(&f.display().to_string(), &text).map_err(|e| invalid(e.to_string()))?
             }
             (None, pack) => {
@@ -289,6 +304,12 @@ pub struct JourneysOptions {
     pub run_dir: Option<PathBuf>,
     /// Extra request headers (name, value); only the names are recorded.
     pub headers: Vec<(String, String)>,
+    /// Headers whose values are secrets whatever their names (`--secret-header`; see
+    /// [`crate::secrets`]).
+    pub secret_headers: Vec<String>,
+    /// Further values never to write or show (the environment's API keys, the secret
+    /// headers' values and a declarative file's secrets are added by the run itself).
+    pub secrets: crate::secrets::Secrets,
     /// Called at the start, per timed operation and at the end ([`crate::hooks`]).
     pub hooks: Vec<Arc<dyn Hooks>>,
     /// Called after each run of a journey (on the suite's task: keep it quick).
@@ -305,6 +326,7 @@ impl std::fmt::Debug for JourneysOptions {
                 "header_names",
                 &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             )
+            .field("secret_headers", &self.secret_headers)
             .field("hooks", &self.hooks.len())
             .field("on_run", &self.on_run.is_some())
             .finish_non_exhaustive()
@@ -355,6 +377,7 @@ pub struct JourneysHandle {
     events: Arc<Events>,
     canceller: JourneysCanceller,
     task: tokio::task::JoinHandle<Result<JourneysReport, RunError>>,
+    secrets: crate::secrets::Secrets,
 }
 
 impl JourneysHandle {
@@ -388,9 +411,11 @@ impl JourneysHandle {
     /// Waits for the end: the report (and, with a run directory, `report.json`) and its
     /// verdict.
     pub async fn wait(self) -> Result<JourneysReport, RunError> {
+        let secrets = self.secrets;
         self.task
             .await
             .map_err(|e| RunError::Failed(format!("the journeys task failed: {e}")))?
+            .map_err(|e| e.scrub(&secrets))
     }
 }
 
@@ -415,8 +440,12 @@ impl JourneysReport {
     }
 }
 
-fn write_json(path: &Path, v: &impl Serialize) -> Result<(), RunError> {
-    let text = serde_json::to_string_pretty(v)
+fn write_json(
+    path: &Path,
+    v: &impl Serialize,
+    secrets: &crate::secrets::Secrets,
+) -> Result<(), RunError> {
+    let text = crate::secrets::to_pretty_json(v, secrets)
         .map_err(|e| RunError::Failed(format!("cannot encode {}: {e}", path.display())))?;
     std::fs::write(path, text + "\n")
         .map_err(|e| RunError::Failed(format!("cannot write {}: {e}", path.display())))
@@ -424,6 +453,23 @@ fn write_json(path: &Path, v: &impl Serialize) -> Result<(), RunError> {
 
 /// Starts the journeys suite `spec` (validated first: a bad spec writes nothing).
 pub async fn start_journeys(
+    spec: JourneysSpec,
+    mut options: JourneysOptions,
+) -> Result<JourneysHandle, RunError> {
+    let mut secrets =
+        crate::secrets::run_secrets(&options.headers, &options.secret_headers, &options.secrets);
+    if let Ok((_, Some(file))) = spec.load() {
+        secrets.extend(file.secrets());
+    }
+    options.secrets = secrets.clone();
+    options.notices = crate::secrets::scrubbing_notices(options.notices.take(), &secrets);
+    start_checked(spec, options)
+        .await
+        .map_err(|e| e.scrub(&secrets))
+}
+
+/// [`start_journeys`], `options.secrets` complete.
+async fn start_checked(
     spec: JourneysSpec,
     options: JourneysOptions,
 ) -> Result<JourneysHandle, RunError> {
@@ -469,6 +515,7 @@ fn prepare(
     };
     let mut ccfg = ClientConfig::new(base_url);
     ccfg.headers = options.headers.clone();
+    ccfg.secrets = options.secrets.clone();
     ccfg.timeout = spec.timeout;
     if embedded.is_none() {
         ccfg.tls = spec.tls.clone();
@@ -491,11 +538,13 @@ fn prepare(
                     base_url: &client.base_url(),
                     header_names: options.headers.iter().map(|(k, _)| k.as_str()).collect(),
                 },
+                &options.secrets,
             )?;
             Events::open(dir).map_err(|e| RunError::Failed(format!("cannot write {e}")))?
         }
         None => Events::in_memory(),
-    };
+    }
+    .with_secrets(options.secrets.clone());
     let pid = std::process::id();
     events.emit(LifecycleEvent::Started(Opened {
         pid: Some(pid),
@@ -522,6 +571,7 @@ fn spawn(
         by_signal: Arc::new(AtomicBool::new(false)),
     };
     let dir = options.run_dir.clone();
+    let handle_secrets = options.secrets.clone();
     let source = spec.source();
     if let Some(f) = &options.notices {
         f(Notice::Info(format!(
@@ -565,12 +615,14 @@ fn spawn(
             });
         }
         let hooks = &options.hooks;
+        let secrets = &options.secrets;
         let on_op = |op: &OpEvent<'_>| {
+            let failure = op.failure_reason().map(|r| secrets.scrub(r));
             let o = Operation {
                 journey: op.journey,
                 run: op.run,
                 latency_ms: op.latency_ms(),
-                failure: op.failure_reason(),
+                failure: failure.as_deref(),
             };
             for h in hooks {
                 guard("on_operation", &|| h.on_operation(&o));
@@ -578,7 +630,7 @@ fn spawn(
         };
         let on_run = |name: &str, row: &RunRow| {
             if let Some(f) = &options.on_run {
-                f(name, row);
+                f(name, &secrets.scrub_value(row.clone()));
             }
         };
         let results =
@@ -613,12 +665,12 @@ fn spawn(
         let git_sha = tokio::task::spawn_blocking(bench_journeys::suite::git_sha)
             .await
             .unwrap_or_default();
-        let report = bench_journeys::suite::report(
+        let report = secrets.scrub_value(bench_journeys::suite::report(
             results,
             config,
             git_sha,
             bench_journeys::suite::host_info(&lifecycle::host()),
-        );
+        ));
         let mut problems = report.setup_failures();
         problems.extend(report.all_failed());
         problems.extend(spec.gates().check(&report));
@@ -638,8 +690,12 @@ fn spawn(
                 format!("all {planned} journey runs were played"),
             )
         };
+        let problems: Vec<String> = problems
+            .iter()
+            .map(|p| secrets.scrub(p).into_owned())
+            .collect();
         if let Some(d) = &options.run_dir {
-            write_json(&d.join(files::JOURNEYS_REPORT), &report)?;
+            write_json(&d.join(files::JOURNEYS_REPORT), &report, secrets)?;
         }
         ev.emit(LifecycleEvent::Stopped {
             by: stopped_by,
@@ -667,6 +723,7 @@ fn spawn(
         events,
         canceller,
         task,
+        secrets: handle_secrets,
     }
 }
 
@@ -744,6 +801,9 @@ mod tests {
             base_url: Some("http://127.0.0.1:9".into()),
             ..JourneysSpec::default()
         });
-        assert!(m.starts_with("file /nonexistent/journeys.toml: "), "{m}");
+        assert!(
+            m.starts_with("/nonexistent/journeys.toml: cannot read it: "),
+            "{m}"
+        );
     }
 }

@@ -31,6 +31,7 @@ pub mod progress;
 pub mod report;
 pub mod resume;
 pub mod scrape;
+pub mod secrets;
 pub mod server;
 pub mod spec;
 pub mod stop;
@@ -95,6 +96,13 @@ pub struct RunOptions {
     pub run_dir: Option<PathBuf>,
     /// Extra request headers (name, value); only the names are recorded.
     pub headers: Vec<(String, String)>,
+    /// Headers whose values are secrets whatever their names (`--secret-header`); those named
+    /// so by [`bench_rundir::is_secret_name`] always are. Only the names are recorded (so a
+    /// resumed run scrubs them too). See [`secrets`].
+    pub secret_headers: Vec<String>,
+    /// Further values never to write or show; the environment's API keys and the secret
+    /// headers' values are added by the run itself ([`secrets::run_secrets`]).
+    pub secrets: secrets::Secrets,
     /// Observers of the engine's events (called on its tasks: keep them quick).
     pub observers: Vec<Arc<dyn Observer>>,
     /// Called as planning advances.
@@ -115,6 +123,7 @@ impl std::fmt::Debug for RunOptions {
                 "header_names",
                 &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             )
+            .field("secret_headers", &self.secret_headers)
             .field("observers", &self.observers.len())
             .field("hooks", &self.hooks.len())
             .field(
@@ -157,6 +166,7 @@ pub struct RunHandle {
     progress: Arc<ProgressCounters>,
     canceller: Canceller,
     task: tokio::task::JoinHandle<Result<RunReport, RunError>>,
+    secrets: secrets::Secrets,
 }
 
 /// Stops a run from anywhere (clonable, `Send`).
@@ -237,9 +247,11 @@ impl RunHandle {
 
     /// Waits for the end: the result is written and the report returned.
     pub async fn wait(self) -> Result<RunReport, RunError> {
+        let secrets = self.secrets;
         self.task
             .await
             .map_err(|e| RunError::Failed(format!("the run task failed: {e}")))?
+            .map_err(|e| e.scrub(&secrets))
     }
 }
 
@@ -322,20 +334,86 @@ impl RunReport {
 }
 
 /// Starts a new run of `spec`.
-pub async fn start(spec: RunSpec, options: RunOptions) -> Result<RunHandle, RunError> {
-    spec.validate()?;
-    launch(spec, options, None).await
+pub async fn start(spec: RunSpec, mut options: RunOptions) -> Result<RunHandle, RunError> {
+    options.secrets =
+        secrets::run_secrets(&options.headers, &options.secret_headers, &options.secrets);
+    let s = options.secrets.clone();
+    spec.validate().map_err(|e| e.scrub(&s))?;
+    launch(spec, options, None).await.map_err(|e| e.scrub(&s))
 }
 
 /// Finishes the run in `dir` that crashed or was stopped, with the spec its `run.json` holds
 /// (see [`resume`](mod@resume) for the rules). `options.headers` must name every header the
 /// run sent; `options.run_dir` is ignored.
-pub async fn resume(dir: &Path, options: RunOptions) -> Result<RunHandle, RunError> {
+pub async fn resume(dir: &Path, mut options: RunOptions) -> Result<RunHandle, RunError> {
+    let s = secrets::run_secrets(&options.headers, &options.secret_headers, &options.secrets);
     let names: Vec<String> = options.headers.iter().map(|(k, _)| k.clone()).collect();
-    let r = resume::read(dir, &names)?;
+    let r = resume::read(dir, &names).map_err(|e| e.scrub(&s))?;
+    // The headers the run recorded as secret are secret in this segment too.
+    if let Target::Url {
+        secret_header_names,
+        ..
+    } = &r.spec.target
+    {
+        options
+            .secret_headers
+            .extend(secret_header_names.iter().cloned());
+    }
+    options.secrets =
+        secrets::run_secrets(&options.headers, &options.secret_headers, &options.secrets);
+    let s = options.secrets.clone();
     let spec = r.spec.clone();
-    spec.validate()?;
-    launch(spec, options, Some(r)).await
+    spec.validate().map_err(|e| e.scrub(&s))?;
+    launch(spec, options, Some(r))
+        .await
+        .map_err(|e| e.scrub(&s))
+}
+
+/// A new run never writes into the directory of another: its records would mix with theirs.
+fn refuse_existing_run(dir: &Path) -> Result<(), RunError> {
+    if dir.join(files::RUN_JSON).exists() {
+        return Err(RunError::Invalid(format!(
+            "run directory {} already holds a run (run.json): give a new --run-dir, or finish \
+             that run with --resume",
+            dir.display()
+        )));
+    }
+    if dir.exists() && !dir.is_dir() {
+        return Err(RunError::Invalid(format!(
+            "run directory {} is not a directory",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The files a run writes outside its directory must be writable where they are named: found
+/// out before the run, not after it.
+fn check_exports(exports: &spec::Exports) -> Result<(), RunError> {
+    for (flag, path) in [
+        ("--output", &exports.result_line),
+        ("--csv", &exports.turns_csv),
+    ] {
+        let Some(path) = path else { continue };
+        if path.is_dir() {
+            return Err(RunError::Invalid(format!(
+                "{flag} {}: is a directory (name a file)",
+                path.display()
+            )));
+        }
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !parent.is_dir() {
+            return Err(RunError::Invalid(format!(
+                "{flag} {}: no such directory {}",
+                path.display(),
+                parent.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn default_run_dir() -> PathBuf {
@@ -348,8 +426,9 @@ fn default_run_dir() -> PathBuf {
     PathBuf::from("runs").join(format!("{stamp}-{}", std::process::id()))
 }
 
-fn write_json(path: &Path, v: &impl Serialize) -> Result<(), RunError> {
-    let text = serde_json::to_string_pretty(v)
+/// Writes `v` as pretty JSON, every secret in its strings replaced.
+fn write_json(path: &Path, v: &impl Serialize, s: &secrets::Secrets) -> Result<(), RunError> {
+    let text = secrets::to_pretty_json(v, s)
         .map_err(|e| RunError::Failed(format!("cannot encode {}: {e}", path.display())))?;
     std::fs::write(path, text + "\n")
         .map_err(|e| RunError::Failed(format!("cannot write {}: {e}", path.display())))
@@ -364,11 +443,19 @@ async fn build_plan(spec: &RunSpec, options: &RunOptions) -> Result<Plan, RunErr
         .map_err(|e| RunError::Invalid(e.to_string()))
 }
 
+/// `options.secrets` is the run's whole set ([`secrets::run_secrets`]).
 async fn launch(
     mut spec: RunSpec,
-    options: RunOptions,
+    mut options: RunOptions,
     mut resume: Option<resume::Resume>,
 ) -> Result<RunHandle, RunError> {
+    options.notices = secrets::scrubbing_notices(options.notices.take(), &options.secrets);
+    if resume.is_none() {
+        if let Some(dir) = &options.run_dir {
+            refuse_existing_run(dir)?;
+        }
+    }
+    check_exports(&spec.exports)?;
     let grading = hooks::Grading::new(&spec.graders, &options)?;
     // One descriptor per session in flight (two with the embedded simulator, which holds the
     // other end), plus the run directory's files and some slack.
@@ -382,8 +469,14 @@ async fn launch(
         ),
     )?;
     if resume.is_none() {
-        if let Target::Url { header_names, .. } = &mut spec.target {
+        if let Target::Url {
+            header_names,
+            secret_header_names,
+            ..
+        } = &mut spec.target
+        {
             *header_names = options.headers.iter().map(|(k, _)| k.clone()).collect();
+            *secret_header_names = options.secret_headers.clone();
         }
     }
     let mut plan = build_plan(&spec, &options).await?;
@@ -493,7 +586,9 @@ async fn prepare(
 ) -> Result<Prepared, RunError> {
     let mut ccfg = ClientConfig::new(base_url);
     ccfg.headers = options.headers.clone();
+    ccfg.secrets = options.secrets.clone();
     ccfg.timeout = spec.limits.turn_timeout;
+    ccfg.limits = spec.limits.response_caps();
     if let Target::Url { tls, .. } = &spec.target {
         ccfg.tls = tls.clone();
     }
@@ -560,10 +655,14 @@ async fn prepare(
                 plan: &plan.summary,
                 run: &cfg,
             },
+            &options.secrets,
         )?,
     }
-    let events =
-        Arc::new(Events::open(&dir).map_err(|e| RunError::Failed(format!("cannot write {e}")))?);
+    let events = Arc::new(
+        Events::open(&dir)
+            .map_err(|e| RunError::Failed(format!("cannot write {e}")))?
+            .with_secrets(options.secrets.clone()),
+    );
     let pid = std::process::id();
     let opened = Opened {
         pid: Some(pid),
@@ -607,7 +706,9 @@ async fn prepare(
     // What this process plays (a resumed run: the sessions not kept).
     let turns_to_play: u64 = plan.sessions.iter().map(|s| s.turns.len() as u64).sum();
     let writer = Arc::new(
-        RunDirWriter::create(&dir).map_err(|e| RunError::Failed(format!("cannot write {e}")))?,
+        RunDirWriter::create(&dir)
+            .map_err(|e| RunError::Failed(format!("cannot write {e}")))?
+            .with_secrets(options.secrets.clone()),
     );
     let load = match (cfg.arrival, cfg.concurrency) {
         (Some(a), 0) => format!("{} sessions/s ({:?})", a.rate, a.process),
@@ -672,6 +773,7 @@ impl Prepared {
         );
         let prog = progress.clone();
         let c = canceller.clone();
+        let handle_secrets = options.secrets.clone();
         let task = tokio::spawn(async move {
             let base_url = client.base_url().to_owned();
             let start_utc = bench_report::export::utc_now();
@@ -741,6 +843,10 @@ impl Prepared {
             };
             turns.append(&mut outcome.turns);
             turns.sort_by(|a, b| a.end_s.total_cmp(&b.end_s));
+            // The client scrubbed its errors already; this catches any other source.
+            for t in turns.iter_mut().filter(|t| t.leaks(&options.secrets)) {
+                t.scrub(&options.secrets);
+            }
             sessions.append(&mut outcome.sessions);
             let elapsed_s = resume
                 .as_ref()
@@ -772,7 +878,7 @@ impl Prepared {
             // A resumed run's CPU covers this segment only: no saturation figure for it.
             result.client = client_cpu.filter(|_| resume.is_none());
             result.assess_validity(&turns, info.open_loop);
-            write_json(&dir.join(files::RESULT), &result)?;
+            write_json(&dir.join(files::RESULT), &result, &options.secrets)?;
             if let Some(g) = &grading {
                 g.end(&hooks::RunEnd {
                     dir: &dir,
@@ -795,26 +901,29 @@ impl Prepared {
                     stopped_by: by,
                     tag: spec.exports.tag.clone(),
                 };
-                bench_report::export::append_result_line(
-                    path,
-                    &bench_report::export::result_line(&result, &ctx),
-                )
-                .map_err(fail)?;
+                let mut line = bench_report::export::result_line(&result, &ctx);
+                options.secrets.scrub_json(&mut line);
+                bench_report::export::append_result_line(path, &line).map_err(fail)?;
             }
             if let Some(path) = &spec.exports.turns_csv {
                 bench_report::export::write_turns_csv(path, &turns).map_err(fail)?;
             }
             let turns_failed = turns.iter().filter(|t| t.status != TurnStatus::Ok).count();
+            let scrub = |v: Vec<String>| -> Vec<String> {
+                v.iter()
+                    .map(|l| options.secrets.scrub(l).into_owned())
+                    .collect()
+            };
             Ok(RunReport {
                 dir,
                 grades: result.grades.clone(),
-                result,
+                result: options.secrets.scrub_value(result),
                 stopped_by: by,
-                reason,
+                reason: options.secrets.scrub(&reason).into_owned(),
                 turns_total: turns.len() as u64,
                 turns_failed: turns_failed as u64,
-                task_failures: outcome.task_failures,
-                warnings: writer.errors(),
+                task_failures: scrub(outcome.task_failures),
+                warnings: scrub(writer.errors()),
                 max_error_rate: spec.judge.max_error_rate,
                 require_valid: spec.judge.require_valid,
             })
@@ -825,6 +934,7 @@ impl Prepared {
             progress,
             canceller,
             task,
+            secrets: handle_secrets,
         }
     }
 }

@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use crate::RunError;
 
-/// What to send.
-#[derive(Debug, Clone)]
+/// What to send. `Debug` shows the headers' names, never their values.
+#[derive(Clone)]
 pub struct Probe {
     /// The server.
     pub target: ProbeTarget,
@@ -32,12 +32,33 @@ pub struct Probe {
     pub timeout: Duration,
     /// Extra headers (name, value).
     pub headers: Vec<(String, String)>,
+    /// Headers whose values are secrets whatever their names (`--secret-header`; see
+    /// [`crate::secrets`]): with the environment's API keys and the secret-named headers,
+    /// scrubbed from every error.
+    pub secret_headers: Vec<String>,
     /// JSON merged into the body last.
     pub extra_body: serde_json::Map<String, serde_json::Value>,
     /// TLS trust and client certificate for an `https://` URL.
     pub tls: bench_transport::TlsOptions,
     /// The API to call.
     pub endpoint: Endpoint,
+}
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe")
+            .field("target", &self.target)
+            .field("model", &self.model)
+            .field("max_tokens", &self.max_tokens)
+            .field("timeout", &self.timeout)
+            .field(
+                "header_names",
+                &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .field("secret_headers", &self.secret_headers)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where a probe's turn goes.
@@ -200,23 +221,31 @@ impl ProbeReport {
 
 /// Sends `p`'s one turn and reports it.
 pub async fn probe(p: &Probe) -> Result<ProbeReport, RunError> {
-    match &p.target {
-        ProbeTarget::Url(url) => probe_at(p, url, false).await,
+    let secrets = crate::secrets::run_secrets(&p.headers, &p.secret_headers, &Default::default());
+    let r = match &p.target {
+        ProbeTarget::Url(url) => probe_at(p, url, false, &secrets).await,
         ProbeTarget::Embedded(sim) => {
             let server = bench_sim::SimServer::start((**sim).clone())
                 .await
                 .map_err(|e| RunError::Invalid(e.to_string()))?;
-            let r = probe_at(p, &server.base_url(), true).await;
+            let r = probe_at(p, &server.base_url(), true, &secrets).await;
             server.shutdown().await;
             r
         }
-    }
+    };
+    r.map_err(|e| e.scrub(&secrets))
 }
 
-async fn probe_at(p: &Probe, base_url: &str, embedded: bool) -> Result<ProbeReport, RunError> {
+async fn probe_at(
+    p: &Probe,
+    base_url: &str,
+    embedded: bool,
+    secrets: &crate::secrets::Secrets,
+) -> Result<ProbeReport, RunError> {
     let mut cfg = ClientConfig::new(base_url);
     cfg.timeout = p.timeout;
     cfg.headers = p.headers.clone();
+    cfg.secrets = secrets.clone();
     if !embedded {
         cfg.tls = p.tls.clone();
     }

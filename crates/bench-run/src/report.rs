@@ -52,7 +52,9 @@ pub fn run_dir_of(path: &Path) -> PathBuf {
 /// # Errors
 ///
 /// [`LoadError`] when the path is not a run directory, is a journeys run (its report is
-/// `report.json`: `bench journeys` renders it), or a file of it cannot be read.
+/// `report.json`: `bench journeys` renders it), a file of it cannot be read, or a whole line of
+/// `turns.jsonl` or `sessions.jsonl` is not a record (a torn last line, cut by a crash, is set
+/// aside instead and said in [`ReportData::notes`], as is an unreadable scrape).
 pub fn load(path: &Path) -> Result<ReportData, LoadError> {
     let dir = run_dir_of(path);
     if !dir.is_dir() {
@@ -66,6 +68,12 @@ pub fn load(path: &Path) -> Result<ReportData, LoadError> {
         }
         Err(e) => return Err(err(&run_json_path, e)),
     };
+    if !run_json.is_object() {
+        return Err(err(
+            &run_json_path,
+            "not a run's run.json (a JSON object with the run's spec)",
+        ));
+    }
     let head: RunJsonHead =
         serde_json::from_value(run_json.clone()).map_err(|e| err(&run_json_path, e))?;
     if head.kind == RunKind::Journeys {
@@ -74,10 +82,12 @@ pub fn load(path: &Path) -> Result<ReportData, LoadError> {
             "a journeys run: its report is report.json (bench journeys prints and compares it)",
         ));
     }
+    let mut notes = Vec::new();
     let turns_path = dir.join(files::TURNS);
-    let turns = read_jsonl::<TurnRecord>(&turns_path)?;
-    let sessions = read_jsonl::<SessionRecord>(&dir.join(files::SESSIONS))?;
-    let scrapes = read_jsonl::<Scrape>(&dir.join(files::SCRAPES))?;
+    let turns = read_jsonl::<TurnRecord>(&turns_path, Strict::Yes, &mut notes)?;
+    let sessions =
+        read_jsonl::<SessionRecord>(&dir.join(files::SESSIONS), Strict::Yes, &mut notes)?;
+    let scrapes = read_jsonl::<Scrape>(&dir.join(files::SCRAPES), Strict::No, &mut notes)?;
 
     let result_path = dir.join(files::RESULT);
     let written: Result<RunResult, String> = match std::fs::read(&result_path) {
@@ -99,6 +109,22 @@ pub fn load(path: &Path) -> Result<ReportData, LoadError> {
         }
         Err(why) => (recompute(&run_json, &turns, &sessions, &scrapes), Some(why)),
     };
+    if recomputed.is_some() {
+        if let Some(Err(e)) = run_json
+            .get("spec")
+            .map(|s| serde_json::from_value::<RunSpec>(s.clone()))
+        {
+            let by = run_json
+                .get("tool_version")
+                .and_then(|v| v.as_str())
+                .map_or_else(String::new, |v| format!(" (written by bench {v})"));
+            notes.push(format!(
+                "{}: its spec is not one this bench reads{by}: {e}; the result was recomputed \
+                 with the default judging settings",
+                run_json_path.display()
+            ));
+        }
+    }
     let title = std::fs::canonicalize(&dir)
         .ok()
         .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -111,16 +137,55 @@ pub fn load(path: &Path) -> Result<ReportData, LoadError> {
         server: server_points(&scrapes),
         config: redact(run_json),
         recomputed,
+        notes,
     })
 }
 
-fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, LoadError> {
+/// Whether a whole line that is not a record stops the load ([`Strict::Yes`]: records) or is
+/// left out with a note ([`Strict::No`]: telemetry).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Strict {
+    Yes,
+    No,
+}
+
+fn read_jsonl<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    strict: Strict,
+    notes: &mut Vec<String>,
+) -> Result<Vec<T>, LoadError> {
     if !path.exists() {
         return Ok(Vec::new());
     }
-    jsonl::read::<T>(path)
-        .map(|r| r.records)
-        .map_err(|e| err(path, e))
+    // The error names the file itself.
+    let lines = jsonl::read::<T>(path).map_err(|e| LoadError {
+        path: e.path,
+        what: e.source.to_string(),
+    })?;
+    if let Some(t) = lines.torn {
+        notes.push(format!(
+            "{}:{}: torn last line set aside ({} bytes, cut by a crash)",
+            path.display(),
+            t.line,
+            t.bytes
+        ));
+    }
+    if let Some(bad) = lines.bad.first() {
+        let what = format!("not a record bench can read ({})", bad.error);
+        if strict == Strict::Yes {
+            return Err(LoadError {
+                path: PathBuf::from(format!("{}:{}", path.display(), bad.line)),
+                what,
+            });
+        }
+        notes.push(format!(
+            "{}:{}: {what}; {} such line(s) left out",
+            path.display(),
+            bad.line,
+            lines.bad.len()
+        ));
+    }
+    Ok(lines.records)
 }
 
 /// The result as `bench run` would have written it, from the records and the run's settings.
@@ -197,76 +262,6 @@ pub fn server_points(scrapes: &[Scrape]) -> Vec<ServerPoint> {
         .collect()
 }
 
-/// Whether a JSON key names a secret: `authorization`, `cookie`, `password`, `secret`,
-/// `api_key`/`apikey`, `token`, or a name ending in `_key`, `_token`, `_secret` or `_password`
-/// (case-insensitive). Counting words such as `tokens` or `tokenizer` are not secrets.
-pub fn is_secret_key(key: &str) -> bool {
-    let k = key.to_ascii_lowercase().replace('-', "_");
-    matches!(
-        k.as_str(),
-        "authorization"
-            | "proxy_authorization"
-            | "cookie"
-            | "set_cookie"
-            | "password"
-            | "secret"
-            | "api_key"
-            | "apikey"
-            | "token"
-            | "bearer"
-    ) || ["_key", "_token", "_secret", "_password", "_cookie"]
-        .iter()
-        .any(|s| k.ends_with(s))
-}
-
-/// A copy of `value` with every secret-named member's value (and every header value: members
-/// of an object named `headers`) replaced by `"***"`.
-pub fn redact(value: serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    fn walk(v: Value, in_headers: bool) -> Value {
-        match v {
-            Value::Object(map) => Value::Object(
-                map.into_iter()
-                    .map(|(k, v)| {
-                        let v = if (in_headers || is_secret_key(&k)) && !v.is_null() {
-                            Value::String("***".into())
-                        } else {
-                            walk(v, k.eq_ignore_ascii_case("headers"))
-                        };
-                        (k, v)
-                    })
-                    .collect(),
-            ),
-            Value::Array(a) => Value::Array(a.into_iter().map(|v| walk(v, in_headers)).collect()),
-            other => other,
-        }
-    }
-    walk(value, false)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn secrets_are_redacted_and_token_counts_are_not() {
-        let v = json!({
-            "spec": {"plan": {"tokenizer": "qwen3", "max_tokens": 5},
-                     "target": {"url": {"api_key": "sk-live", "header_names": ["x-api-key"]}}},
-            "headers": {"X-Custom": "abc"},
-            "Authorization": "Bearer x",
-            "auth_token": "t",
-            "input_tokens": 12,
-        });
-        let r = redact(v);
-        assert_eq!(r["spec"]["plan"]["tokenizer"], "qwen3");
-        assert_eq!(r["spec"]["plan"]["max_tokens"], 5);
-        assert_eq!(r["spec"]["target"]["url"]["api_key"], "***");
-        assert_eq!(r["spec"]["target"]["url"]["header_names"][0], "x-api-key");
-        assert_eq!(r["headers"]["X-Custom"], "***");
-        assert_eq!(r["Authorization"], "***");
-        assert_eq!(r["auth_token"], "***");
-        assert_eq!(r["input_tokens"], 12);
-    }
-}
+/// The one rule for secret names (JSON keys here, request headers everywhere else) and the
+/// redaction of a configuration for reports: see [`bench_rundir::secrets`].
+pub use bench_rundir::secrets::{is_secret_name, redact};

@@ -88,8 +88,21 @@ pub fn read(dir: &Path, header_names: &[String]) -> Result<Resume, RunError> {
         }
         Err(e) => return Err(RunError::Invalid(format!("{}: {e}", path.display()))),
     };
-    let stored: Stored = serde_json::from_slice(&bytes)
-        .map_err(|e| RunError::Invalid(format!("{}: {e}", path.display())))?;
+    let stored: Stored = serde_json::from_slice(&bytes).map_err(|e| {
+        // A run.json of another bench version says so first: that is the likely cause.
+        let version = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("tool_version")?.as_str().map(str::to_owned))
+            .filter(|v| v != env!("CARGO_PKG_VERSION"));
+        RunError::Invalid(match version {
+            Some(v) => format!(
+                "{}: written by bench {v}, which this bench {} cannot resume ({e})",
+                path.display(),
+                env!("CARGO_PKG_VERSION")
+            ),
+            None => format!("{}: {e}", path.display()),
+        })
+    })?;
     let Some(spec) = stored.spec else {
         let why = if stored.args.is_some() {
             "its run.json was written by an older bench (recorded arguments, no run spec) \

@@ -30,8 +30,11 @@ pub struct RunSpec {
     pub load: Load,
     /// What each request looks like.
     pub request: RequestShape,
-    /// Clock limits.
+    /// Clock limits and response size caps.
     pub limits: Limits,
+    /// Retries of failed turns (none by default; then not written to `run.json`).
+    #[serde(skip_serializing_if = "bench_runner::Retry::is_off")]
+    pub retry: bench_runner::Retry,
     /// Unmeasured sessions first (cut to 3 turns, marked `warmup`).
     pub warmup_sessions: u32,
     /// `/metrics` scraping.
@@ -61,6 +64,11 @@ pub enum Target {
         /// Names of the extra headers sent (their values come in [`crate::RunOptions`]).
         #[serde(default)]
         header_names: Vec<String>,
+        /// Names of the headers whose values are secrets whatever their names
+        /// ([`crate::RunOptions::secret_headers`], `--secret-header`): a resumed run scrubs
+        /// them too.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        secret_header_names: Vec<String>,
         /// How long to wait for `GET /v1/models` to answer 200 before giving up.
         #[serde(default = "default_ready_timeout", with = "humantime_serde")]
         ready_timeout: Duration,
@@ -361,6 +369,24 @@ pub struct Limits {
     /// Stop a session at its next turn boundary once it has run this long.
     #[serde(with = "humantime_serde")]
     pub session_timeout: Option<Duration>,
+    /// Cap on one event-stream line or event, in bytes ([`bench_transport::Limits`]).
+    pub max_event_bytes: u64,
+    /// Cap on one response body, in bytes.
+    pub max_response_bytes: u64,
+    /// Cap on one non-streamed answer read whole, in bytes.
+    pub max_json_bytes: u64,
+}
+
+impl Limits {
+    /// The transport's size caps.
+    pub fn response_caps(&self) -> bench_transport::Limits {
+        let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        bench_transport::Limits {
+            max_event_bytes: to_usize(self.max_event_bytes),
+            max_response_bytes: self.max_response_bytes,
+            max_json_bytes: to_usize(self.max_json_bytes),
+        }
+    }
 }
 
 impl Default for Limits {
@@ -370,6 +396,9 @@ impl Default for Limits {
             max_duration: None,
             turn_timeout: RunConfig::new("", 0).turn_timeout,
             session_timeout: None,
+            max_event_bytes: bench_transport::Limits::DEFAULT.max_event_bytes as u64,
+            max_response_bytes: bench_transport::Limits::DEFAULT.max_response_bytes,
+            max_json_bytes: bench_transport::Limits::DEFAULT.max_json_bytes as u64,
         }
     }
 }
@@ -453,10 +482,22 @@ impl RunSpec {
     pub fn validate(&self) -> Result<(), RunError> {
         let j = &self.judge;
         if !(0.0..=1.0).contains(&j.steady_frac) {
-            return Err(invalid("steady_frac must be within 0..1"));
+            return Err(invalid(format!(
+                "steady_frac (--steady-frac) must be within 0..1, not {}",
+                j.steady_frac
+            )));
         }
         if !(0.0..=1.0).contains(&j.max_error_rate) {
-            return Err(invalid("max_error_rate must be within 0..1"));
+            return Err(invalid(format!(
+                "max_error_rate (--max-error-rate) must be within 0..1, not {}",
+                j.max_error_rate
+            )));
+        }
+        if self.request.max_model_len == Some(0) {
+            return Err(invalid(
+                "max_model_len (--max-model-len) must be at least 1 (leave it out to take the \
+                 server's)",
+            ));
         }
         if let Some(s) = &j.slo {
             s.parse::<bench_report::Slo>()
@@ -519,6 +560,26 @@ impl RunSpec {
         if self.limits.turn_timeout.is_zero() {
             return Err(invalid("turn_timeout must be positive"));
         }
+        // A base URL that cannot be used is said before planning, not after it.
+        if let Target::Url { base_url, tls, .. } = &self.target {
+            let mut c = bench_transport::ClientConfig::new(base_url.as_str());
+            c.tls = tls.clone();
+            bench_transport::Client::new(c).map_err(|e| invalid(e.to_string()))?;
+        }
+        for (cap, name) in [
+            (self.limits.max_event_bytes, "max_event_bytes"),
+            (self.limits.max_response_bytes, "max_response_bytes"),
+            (self.limits.max_json_bytes, "max_json_bytes"),
+        ] {
+            if cap == 0 {
+                return Err(invalid(format!("{name} must be at least 1 byte")));
+            }
+        }
+        if self.retry.max > 0 && self.retry.backoff.is_zero() {
+            return Err(invalid(
+                "retry backoff must be positive when retries are on",
+            ));
+        }
         if let Target::Embedded(sim) = &self.target {
             sim.to_config(None)
                 .validate()
@@ -572,6 +633,7 @@ impl RunSpec {
         cfg.max_duration = self.limits.max_duration;
         cfg.turn_timeout = self.limits.turn_timeout;
         cfg.session_timeout = self.limits.session_timeout;
+        cfg.retry = self.retry;
         cfg.max_model_len = max_model_len;
         cfg.tool_waits = r.tool_waits;
         cfg.cache_bust = r.cache_bust;
@@ -602,7 +664,15 @@ impl RunSpec {
 pub fn parse_header(h: &str) -> Result<(String, String), String> {
     match h.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
-        _ => Err(format!("{h:?}: expected NAME=VALUE")),
+        // Never echo the argument: it may hold a secret. Only a name before `:` is shown.
+        _ => match h.split_once(':') {
+            Some((k, _)) if http::HeaderName::from_bytes(k.trim().as_bytes()).is_ok() => Err(
+                format!("\"{}: …\": expected NAME=VALUE, not NAME: VALUE", k.trim()),
+            ),
+            _ => {
+                Err("expected NAME=VALUE (the argument is not shown: it may hold a secret)".into())
+            }
+        },
     }
 }
 

@@ -720,8 +720,25 @@ pub fn default_sweep_dir() -> PathBuf {
 /// Writes `sweep.json` (atomically: a reader never sees half of it), `sweep.md` and
 /// `sweep.html` into `dir`.
 pub fn write_files(dir: &Path, summary: &SweepSummary) -> Result<(), RunError> {
+    write_files_with(dir, summary, &crate::secrets::Secrets::from_env())
+}
+
+/// [`write_files`], every secret of `secrets` replaced by `***` in all three (a point's
+/// failure, the shared configuration).
+pub fn write_files_with(
+    dir: &Path,
+    summary: &SweepSummary,
+    secrets: &crate::secrets::Secrets,
+) -> Result<(), RunError> {
     let fail = |path: &Path, e: std::io::Error| {
         RunError::Failed(format!("cannot write {}: {e}", path.display()))
+    };
+    let scrubbed;
+    let summary = if secrets.is_empty() {
+        summary
+    } else {
+        scrubbed = secrets.scrub_value(summary.clone());
+        &scrubbed
     };
     let json = serde_json::to_string_pretty(summary)
         .map_err(|e| RunError::Failed(format!("cannot encode the sweep summary: {e}")))?;
@@ -730,9 +747,11 @@ pub fn write_files(dir: &Path, summary: &SweepSummary) -> Result<(), RunError> {
     std::fs::write(&tmp, json + "\n").map_err(|e| fail(&tmp, e))?;
     std::fs::rename(&tmp, &path).map_err(|e| fail(&path, e))?;
     let path = dir.join(SWEEP_MD);
-    std::fs::write(&path, markdown(summary)).map_err(|e| fail(&path, e))?;
+    std::fs::write(&path, secrets.scrub(&markdown(summary)).as_bytes())
+        .map_err(|e| fail(&path, e))?;
     let path = dir.join(SWEEP_HTML);
-    std::fs::write(&path, bench_report::html::sweep_html(summary)).map_err(|e| fail(&path, e))
+    let html = bench_report::html::sweep_html(summary);
+    std::fs::write(&path, secrets.scrub(&html).as_bytes()).map_err(|e| fail(&path, e))
 }
 
 /// `x` with `decimals`, or `—` when not measured.

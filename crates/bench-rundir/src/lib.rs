@@ -32,12 +32,17 @@
 //! assert!(events.torn.is_some(), "a crash cut the last line; it is set aside");
 //! ```
 //!
+//! It also holds [`Secrets`] (in [`secrets`]): the values that must never reach these files
+//! or any other output, and the one rule for which names are secret ([`is_secret_name`]).
+//!
 //! Plain synchronous code: no tokio, no hyper.
 
 pub mod error_kind;
 pub mod event;
 pub mod jsonl;
 pub mod record;
+pub mod secrets;
+pub mod size;
 
 pub use error_kind::ErrorKind;
 pub use event::{
@@ -46,6 +51,7 @@ pub use event::{
 pub use record::{
     CountSource, FailedAttempt, SessionRecord, SessionStatus, TurnRecord, TurnStatus,
 };
+pub use secrets::{Secrets, is_secret_name};
 
 /// The names of a run directory's files.
 pub mod files {

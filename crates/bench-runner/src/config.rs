@@ -156,6 +156,63 @@ pub struct Arrival {
     pub seed: u64,
 }
 
+/// Retries of failed turns: none by default (a benchmark must not hide errors). With
+/// `max > 0` a turn whose attempt failed in a way a retry can fix ([`Retry::retries`]) is sent
+/// again after a wait: the server's `Retry-After` when it sent one, else `backoff` doubled per
+/// attempt, at most `max_wait` either way. Every failed attempt stays in the turn's record
+/// (`failed_attempts`) and in the run's per-attempt error counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Retry {
+    /// Attempts after the first (0: none).
+    pub max: u32,
+    /// The first wait; each later one doubles.
+    #[serde(with = "humantime_serde")]
+    pub backoff: Duration,
+    /// The longest wait (also caps a server's `Retry-After`).
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry {
+            max: 0,
+            backoff: Duration::from_millis(500),
+            max_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Retry {
+    /// No retries (the default).
+    pub fn is_off(&self) -> bool {
+        self.max == 0
+    }
+
+    /// Whether a failure of this kind (and status) is worth another attempt: HTTP 408, 429,
+    /// 500, 502, 503 and 504, no connection, a connection that broke (`io`), and a stream cut
+    /// before its end. Not: timeouts (the turn already used its time), malformed answers (a
+    /// server bug a retry hides), `response_too_large`, TLS, invalid requests, other statuses.
+    pub fn retries(kind: bench_transport::ErrorKind, status: Option<u16>) -> bool {
+        use bench_transport::ErrorKind as K;
+        match kind {
+            K::Status => matches!(status, Some(408 | 429 | 500 | 502 | 503 | 504)),
+            K::Connect | K::Io | K::Incomplete => true,
+            _ => false,
+        }
+    }
+
+    /// The wait before attempt `next` (2 for the first retry), given the server's
+    /// `Retry-After`.
+    pub fn wait(&self, next: u32, retry_after: Option<Duration>) -> Duration {
+        let backoff = self
+            .backoff
+            .saturating_mul(1u32 << next.saturating_sub(2).min(20));
+        retry_after.unwrap_or(backoff).min(self.max_wait)
+    }
+}
+
 /// How a run behaves. `RunConfig::new(model, concurrency)` gives the defaults.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunConfig {
@@ -187,6 +244,8 @@ pub struct RunConfig {
     /// Stop a session that has run this long (at its next turn boundary).
     #[serde(with = "humantime_serde")]
     pub session_timeout: Option<Duration>,
+    /// Retries of failed turns (none by default).
+    pub retry: Retry,
     /// The model's window: a session stops when its next prompt plus pinned output would not fit.
     pub max_model_len: Option<u64>,
     /// Tool waits between turns: honoured (scaled, capped) or skipped.
@@ -239,6 +298,7 @@ impl RunConfig {
             max_duration: None,
             turn_timeout: Duration::from_secs(600),
             session_timeout: None,
+            retry: Retry::default(),
             max_model_len: None,
             tool_waits: ToolWaits::default(),
             cache_bust: true,

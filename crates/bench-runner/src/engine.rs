@@ -714,24 +714,20 @@ async fn play_session<T: Transport>(
         let active = ph.active.load(Ordering::SeqCst);
         let own_pieces = own_before;
         sh.prefixes.sent(&mut chain);
-        let sent = Instant::now();
+        let first_sent = Instant::now();
         sh.emit(RunEvent::TurnSent {
             session_id: &sess.id,
             turn_index: turn.index,
         });
-        let result = tokio::select! {
-            r = sh.client.send_turn(body, cfg.response == ResponseMode::Stream, &opts) => r,
-            () = sh.cancel.aborted() => Err(bench_transport::Error::new(
-                ErrorKind::Cancelled,
-                "the run was aborted while the turn was in flight",
-            )),
-        };
+        let (result, sent, failed) = send_with_retries(sh, ph, body, opts).await;
         let end = Instant::now();
-        busy += end.duration_since(sent);
+        busy += end.duration_since(first_sent);
         played += 1;
         let mut rec = turn_record(
             sh, sess, replay, turn, &result, active, due, sent, end, est_prompt,
         );
+        rec.attempts = failed.len() as u32 + 1;
+        rec.failed_attempts = failed;
         rec.warmup = ph.warmup;
         rec.est_input_tokens = Some(est_prompt);
         rec.prefix_shared_tokens = sh.prefixes.shared(&chain, own_pieces);
@@ -791,6 +787,87 @@ async fn play_session<T: Transport>(
         start_s: sh.offset_s(session_start),
         end_s: sh.offset_s(Instant::now()),
         superseded: false,
+    }
+}
+
+/// The detail of an attempt the transport sent again on a new connection.
+const RESENT: &str = "the reused keep-alive connection closed without any response after the \
+     request was written; the transport sent it again on a new connection";
+
+/// Sends one turn, retrying failed attempts as `cfg.retry` allows (never past the run's
+/// deadline, its fuse or a cancel). Returns the last attempt's result, when it was sent, and
+/// the attempts that failed before it (including the transport's resends).
+async fn send_with_retries<T: Transport>(
+    sh: &Shared<T>,
+    ph: &PhaseState,
+    mut body: Segments,
+    mut opts: RequestOptions,
+) -> (
+    Result<TurnOutcome, bench_transport::Error>,
+    Instant,
+    Vec<bench_rundir::FailedAttempt>,
+) {
+    let cfg = &sh.cfg;
+    let stream = cfg.response == ResponseMode::Stream;
+    let mut failed = Vec::new();
+    let mut attempt = 1u32;
+    loop {
+        let sent = Instant::now();
+        if attempt > 1 {
+            let mut timeout = cfg.turn_timeout;
+            if let Some(f) = sh.fuse {
+                timeout = timeout.min(f.saturating_duration_since(sent));
+            }
+            opts.timeout = Some(timeout.max(Duration::from_millis(1)));
+        }
+        // The body is only copied (a list of shared pieces) when another attempt may follow.
+        let this = if attempt <= cfg.retry.max {
+            body.clone()
+        } else {
+            std::mem::take(&mut body)
+        };
+        let result = tokio::select! {
+            r = sh.client.send_turn(this, stream, &opts) => r,
+            () = sh.cancel.aborted() => Err(bench_transport::Error::new(
+                ErrorKind::Cancelled,
+                "the run was aborted while the turn was in flight",
+            )),
+        };
+        let resent = match &result {
+            Ok(o) => o.resent,
+            Err(e) => e.resent(),
+        };
+        for _ in 0..resent {
+            failed.push(bench_rundir::FailedAttempt {
+                kind: ErrorKind::Io,
+                status: None,
+                error: RESENT.to_owned(),
+                end_s: sh.offset_s(sent),
+                wait_ms: 0.0,
+            });
+        }
+        let e = match &result {
+            Err(e) if attempt <= cfg.retry.max => e,
+            _ => return (result, sent, failed),
+        };
+        let status = e.status().map(|s| s.as_u16());
+        if !crate::config::Retry::retries(e.kind(), status) {
+            return (result, sent, failed);
+        }
+        let failed_at = Instant::now();
+        let wait = cfg.retry.wait(attempt + 1, e.retry_after());
+        sh.sleep_until(ph, failed_at + wait).await;
+        if sh.stop_now(ph, Instant::now()).is_some() {
+            return (result, sent, failed);
+        }
+        failed.push(bench_rundir::FailedAttempt {
+            kind: e.kind(),
+            status,
+            error: e.detail().to_owned(),
+            end_s: sh.offset_s(failed_at),
+            wait_ms: wait.as_secs_f64() * 1000.0,
+        });
+        attempt += 1;
     }
 }
 

@@ -131,6 +131,8 @@ pub(crate) fn parse(body: &[u8]) -> Result<GenRequest, Rejected> {
 pub(crate) fn error_json(e: &ApiError) -> Vec<u8> {
     let kind = match e.status {
         StatusCode::NOT_FOUND => "not_found_error",
+        StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+        StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
         StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
         s if s.is_server_error() => "api_error",
         _ => "invalid_request_error",
@@ -138,6 +140,12 @@ pub(crate) fn error_json(e: &ApiError) -> Vec<u8> {
     json!({"type": "error", "error": {"type": kind, "message": e.message}})
         .to_string()
         .into_bytes()
+}
+
+fn drop_key(v: &mut Value, key: &str) {
+    if let Some(o) = v.as_object_mut() {
+        o.remove(key);
+    }
 }
 
 /// `end_turn` or `max_tokens`.
@@ -157,6 +165,10 @@ pub(crate) struct MessagesFormat {
     reasoning: bool,
     /// The answer has a text block.
     answer: bool,
+    /// Fault `truncated-usage`: no `usage` in `message_start`, `message_delta` or the body.
+    omit_usage: bool,
+    /// Fault `no-done`: no `message_stop`.
+    omit_terminal: bool,
     /// `event: content_block_delta\ndata: {…"delta":{"type":"thinking_delta","thinking":"`
     thinking_head: String,
     /// `event: content_block_delta\ndata: {…"delta":{"type":"text_delta","text":"`
@@ -178,6 +190,8 @@ impl MessagesFormat {
             model: a.model.to_owned(),
             reasoning: a.reasoning,
             answer: a.answer,
+            omit_usage: a.omit_usage,
+            omit_terminal: a.omit_terminal,
             thinking_head: if a.reasoning {
                 head(0, "thinking_delta", "thinking")
             } else {
@@ -202,7 +216,7 @@ impl MessagesFormat {
 
     /// `message_start`, the first block's `content_block_start`, `ping`.
     pub(crate) fn begin(&mut self, buf: &mut BytesMut, usage: Usage) {
-        let start = json!({"message": {
+        let mut start = json!({"message": {
             "id": self.id,
             "type": "message",
             "role": "assistant",
@@ -212,6 +226,9 @@ impl MessagesFormat {
             "stop_sequence": null,
             "usage": Self::usage_json(usage, 1),
         }});
+        if self.omit_usage {
+            drop_key(&mut start["message"], "usage");
+        }
         typed_event(buf, "message_start", &start, None);
         let block = if self.reasoning {
             json!({"index": 0, "content_block": {"type": "thinking", "thinking": ""}})
@@ -248,7 +265,8 @@ impl MessagesFormat {
         typed_event(buf, "content_block_start", &block, None);
     }
 
-    /// Closes the open block, then `message_delta` and `message_stop`.
+    /// Closes the open block, then `message_delta` and `message_stop` (not under the fault
+    /// `no-done`).
     pub(crate) fn end(&mut self, buf: &mut BytesMut, usage: Usage, finish: &str) {
         if self.answer {
             let stop = json!({"index": self.text_index()});
@@ -256,12 +274,17 @@ impl MessagesFormat {
         } else if self.reasoning {
             Self::close_thinking(buf);
         }
-        let delta = json!({
+        let mut delta = json!({
             "delta": {"stop_reason": stop_reason(finish), "stop_sequence": null},
             "usage": {"output_tokens": usage.completion_tokens},
         });
+        if self.omit_usage {
+            drop_key(&mut delta, "usage");
+        }
         typed_event(buf, "message_delta", &delta, None);
-        typed_event(buf, "message_stop", &json!({}), None);
+        if !self.omit_terminal {
+            typed_event(buf, "message_stop", &json!({}), None);
+        }
     }
 
     /// The non-streamed message object.
@@ -275,7 +298,7 @@ impl MessagesFormat {
         if self.answer {
             content.push(json!({"type": "text", "text": out.text}));
         }
-        json!({
+        let mut v = json!({
             "id": self.id,
             "type": "message",
             "role": "assistant",
@@ -284,9 +307,11 @@ impl MessagesFormat {
             "stop_reason": stop_reason(finish),
             "stop_sequence": null,
             "usage": Self::usage_json(usage, usage.completion_tokens),
-        })
-        .to_string()
-        .into_bytes()
+        });
+        if self.omit_usage {
+            drop_key(&mut v, "usage");
+        }
+        v.to_string().into_bytes()
     }
 }
 

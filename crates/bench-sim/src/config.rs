@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
+use crate::faults::Faults;
+
 /// How the simulator decides when tokens are produced.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -98,6 +100,9 @@ pub struct SimConfig {
     /// `POST /sim/release` (or [`SimServer::release`](crate::SimServer::release)); see
     /// `POST /sim/hold`. Default false.
     pub hold: bool,
+    /// Fault injection (HTTP errors, resets, malformed or truncated streams, stalls); see
+    /// [`Faults`]. Default: no faults.
+    pub faults: Faults,
     /// Serve HTTPS with this identity instead of plain HTTP. Default none.
     #[serde(skip)]
     pub tls: Option<std::sync::Arc<crate::tls::SimTls>>,
@@ -127,6 +132,7 @@ impl Default for SimConfig {
             session_header: "x-session-id".to_owned(),
             worker_id: None,
             hold: false,
+            faults: Faults::default(),
             tls: None,
         }
     }
@@ -255,7 +261,7 @@ impl SimConfig {
     }
 }
 
-fn ser_duration_ms<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn ser_duration_ms<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64() * 1000.0)
 }
 
@@ -291,6 +297,8 @@ mod tests {
         assert_eq!(v["flavor"], "vllm");
         assert_eq!(v["block_size"], 16);
         assert_eq!(v["hold"], false);
+        assert_eq!(v["faults"]["rates"], serde_json::json!({}));
+        assert_eq!(v["faults"]["stall_ms"], 3_600_000.0);
         assert!(v.get("tls").is_none());
     }
 }

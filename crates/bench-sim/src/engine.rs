@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::cache::{Alloc, BlockManager};
 use crate::config::SimConfig;
+use crate::faults::FaultState;
 use crate::hold::Hold;
 use crate::metrics::{Counters, Gauges};
 use crate::reqlog::RequestLog;
@@ -45,6 +46,8 @@ pub(crate) struct Shared {
     pub(crate) shutdown: watch::Receiver<bool>,
     /// The hold switch (`/sim/hold`, `/sim/release`, `/sim/held`).
     pub(crate) hold: Arc<Hold>,
+    /// Fault injection, when some fault has a rate.
+    pub(crate) faults: Option<FaultState>,
 }
 
 impl Shared {

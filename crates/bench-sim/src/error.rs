@@ -31,6 +31,14 @@ pub enum SimError {
         /// The underlying I/O error.
         source: std::io::Error,
     },
+    /// The fault log could not be opened.
+    #[error("cannot open fault log {}", path.display())]
+    FaultLog {
+        /// The log file.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
     /// A TLS certificate or key could not be read or used.
     #[error("TLS: {0}")]
     Tls(String),

@@ -27,6 +27,11 @@
 //! first output token until `POST /sim/release` ([`SimServer::release`]); `GET /sim/held`
 //! long-polls for the number held and `GET /sim/config` returns the [`SimConfig`].
 //!
+//! [`SimConfig::faults`] ([`Faults`]) injects seeded faults into a share of the requests, one
+//! [`FaultKind`] at most each: HTTP `429`/`503`/`500` with real servers' bodies, TCP resets before
+//! or during the answer, a malformed chunk, a stream without its terminal event, a stall, a slow
+//! head, a missing usage; each injected fault is written to a fault log and the request log.
+//!
 //! [`SimConfig::expected_ttft_ms`] and [`SimConfig::expected_tpot_ms`] give the model's
 //! prediction for an idle server; [`SimServer::stats`] a [`SimStats`] snapshot. Every random
 //! choice comes from ChaCha seeded with `seed ^ request_number`. The full model is described in
@@ -52,6 +57,7 @@ mod cache;
 mod config;
 mod engine;
 mod error;
+mod faults;
 mod hold;
 mod metrics;
 mod openai;
@@ -67,5 +73,6 @@ mod wire;
 
 pub use config::{Flavor, LatencyMode, SimConfig};
 pub use error::SimError;
+pub use faults::{FaultKind, Faults};
 pub use server::{SimServer, SimStats};
 pub use tls::{SelfSignedCa, SimTls};

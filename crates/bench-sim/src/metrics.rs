@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::config::Flavor;
+use crate::faults::FaultKind;
 
 /// vLLM v1 `time_to_first_token_buckets`.
 const VLLM_TTFT: &[f64] = &[
@@ -149,6 +150,23 @@ impl Out<'_> {
 
 fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+/// Appends `sim_faults_total{kind=...}`: the faults injected per configured kind.
+pub(crate) fn render_faults(out: &mut String, model: &str, counts: &[(FaultKind, u64)]) {
+    let model = escape_label(model);
+    let _ = writeln!(
+        out,
+        "# HELP sim_faults_total Faults injected by the simulator, per kind."
+    );
+    let _ = writeln!(out, "# TYPE sim_faults_total counter");
+    for (kind, n) in counts {
+        let _ = writeln!(
+            out,
+            "sim_faults_total{{model_name=\"{model}\",kind=\"{kind}\"}} {:?}",
+            *n as f64
+        );
+    }
 }
 
 /// Renders the exposition text.

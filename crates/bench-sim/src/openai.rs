@@ -379,8 +379,15 @@ impl ChunkFormat {
         buf.put_slice(b"data: [DONE]\n\n");
     }
 
-    /// The non-streamed `chat.completion` or `text_completion` object.
-    pub(crate) fn body(&self, usage: Usage, finish: &str, out: Output<'_>) -> Vec<u8> {
+    /// The non-streamed `chat.completion` or `text_completion` object (without `usage` unless
+    /// `with_usage`).
+    pub(crate) fn body(
+        &self,
+        usage: Usage,
+        finish: &str,
+        out: Output<'_>,
+        with_usage: bool,
+    ) -> Vec<u8> {
         let mut v = match self.kind {
             ChunkKind::Chat => {
                 let mut message = json!({"role": "assistant", "content": out.text});
@@ -415,7 +422,11 @@ impl ChunkFormat {
                 "usage": usage.to_json(),
             }),
         };
-        if self.flavor == Flavor::Sglang {
+        if !with_usage {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("usage");
+            }
+        } else if self.flavor == Flavor::Sglang {
             v["sglext"] = sglext(usage.cached_tokens);
         }
         v.to_string().into_bytes()
@@ -550,6 +561,7 @@ mod tests {
                 reasoning: "",
                 text: " a b",
             },
+            true,
         ))
         .unwrap();
         assert_eq!(body["object"], "text_completion");

@@ -1,4 +1,4 @@
-//! The request log: one JSON line per finished request.
+//! The request log: one JSON line per finished request (and the writer of the fault log).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use crate::error::SimError;
+use crate::faults::FaultKind;
 
 /// One line of the request log.
 #[derive(Debug, Serialize)]
@@ -27,7 +27,7 @@ pub(crate) struct LogLine<'a> {
     pub(crate) prompt_tokens: u32,
     pub(crate) cached_tokens: u32,
     pub(crate) completion_tokens: u32,
-    /// HTTP status code.
+    /// HTTP status code (0: the connection was reset before a response head was sent).
     pub(crate) status: u16,
     pub(crate) stream: bool,
     /// `length`, `stop`, `aborted` or `error`.
@@ -35,34 +35,31 @@ pub(crate) struct LogLine<'a> {
     /// Time spent held by `/sim/hold`, in ms (absent when never held).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) held_ms: Option<f64>,
+    /// The fault injected into the request (absent when none was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fault: Option<FaultKind>,
 }
 
-/// Appends lines to a file; each line is flushed as it is written so none is lost at shutdown.
+/// Appends JSON lines to a file; each line is flushed as it is written so none is lost at
+/// shutdown. Writes the request log and the fault log.
 pub(crate) struct RequestLog {
     out: Mutex<BufWriter<File>>,
 }
 
 impl RequestLog {
-    pub(crate) fn open(path: &Path) -> Result<Self, SimError> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|source| SimError::RequestLog {
-                path: path.to_path_buf(),
-                source,
-            })?;
+    pub(crate) fn open(path: &Path) -> std::io::Result<Self> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
         Ok(Self {
             out: Mutex::new(BufWriter::new(file)),
         })
     }
 
     /// Writes and flushes one line; failures are reported through `tracing`, never fatal.
-    pub(crate) fn write(&self, line: &LogLine<'_>) {
+    pub(crate) fn write(&self, line: &impl Serialize) {
         let mut buf = match serde_json::to_vec(line) {
             Ok(b) => b,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot serialize request log line");
+                tracing::warn!(error = %e, "cannot serialize a log line");
                 return;
             }
         };
@@ -72,7 +69,7 @@ impl RequestLog {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Err(e) = out.write_all(&buf).and_then(|()| out.flush()) {
-            tracing::warn!(error = %e, "cannot write request log");
+            tracing::warn!(error = %e, "cannot write a log line");
         }
     }
 }

@@ -198,6 +198,10 @@ pub(crate) struct ResponsesFormat {
     answer: bool,
     /// Next `sequence_number`.
     seq: u64,
+    /// Fault `truncated-usage`: the response objects have no `usage`.
+    omit_usage: bool,
+    /// Fault `no-done`: no `response.completed` / `response.incomplete`.
+    omit_terminal: bool,
     /// `event: response.reasoning_text.delta\ndata: {…,"delta":"`
     reasoning_head: String,
     /// `event: response.output_text.delta\ndata: {…,"delta":"`
@@ -233,6 +237,8 @@ impl ResponsesFormat {
             reasoning: a.reasoning,
             answer: a.answer,
             seq: 0,
+            omit_usage: a.omit_usage,
+            omit_terminal: a.omit_terminal,
             reasoning_head,
             text_head,
         }
@@ -276,6 +282,9 @@ impl ResponsesFormat {
         let mut v = self.response(if complete { "completed" } else { "incomplete" }, output);
         if !complete {
             v["incomplete_details"] = json!({"reason": "max_output_tokens"});
+        }
+        if self.omit_usage {
+            return v;
         }
         v["usage"] = json!({
             "input_tokens": usage.prompt_tokens,
@@ -361,7 +370,8 @@ impl ResponsesFormat {
         self.open_message(buf);
     }
 
-    /// Closes the open item, then `response.completed` or `response.incomplete`.
+    /// Closes the open item, then `response.completed` or `response.incomplete` (not under the
+    /// fault `no-done`).
     pub(crate) fn end(&mut self, buf: &mut BytesMut, usage: Usage, finish: &str, out: Output<'_>) {
         if self.answer {
             let k = self.message_index();
@@ -379,6 +389,9 @@ impl ResponsesFormat {
             self.event(buf, "response.output_item.done", &item);
         } else if self.reasoning {
             self.close_reasoning(buf, out.reasoning);
+        }
+        if self.omit_terminal {
+            return;
         }
         let terminal = if finish == "length" {
             "response.incomplete"
@@ -491,6 +504,8 @@ mod tests {
             reasoning: true,
             answer: true,
             include_usage: false,
+            omit_usage: false,
+            omit_terminal: false,
         };
         let mut f = ResponsesFormat::new(&a);
         let mut buf = BytesMut::new();

@@ -19,7 +19,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -29,6 +29,7 @@ use crate::cache::Alloc;
 use crate::config::{LatencyMode, SimConfig};
 use crate::engine::{EngineEvent, Job, Shared, State, run_engine, wait_shutdown};
 use crate::error::SimError;
+use crate::faults::{self, ConnReset, FaultKind, FaultLine, FaultState, ResettableStream};
 use crate::hold::{self, HeldQuery, Hold, Ticket};
 use crate::metrics;
 use crate::openai::{Usage, error_json};
@@ -121,9 +122,19 @@ impl SimServer {
         };
         let counter = TokenCounter::load(config.tokenizer.as_deref())?;
         let log = match &config.request_log {
-            Some(path) => Some(RequestLog::open(path)?),
+            Some(path) => Some(
+                RequestLog::open(path).map_err(|source| SimError::RequestLog {
+                    path: path.clone(),
+                    source,
+                })?,
+            ),
             None => None,
         };
+        config.faults.validate().map_err(SimError::Config)?;
+        let faults = FaultState::new(&config.faults).map_err(|source| SimError::FaultLog {
+            path: config.faults.log.clone().unwrap_or_default(),
+            source,
+        })?;
         let listener = listen(config.bind).map_err(|source| SimError::Bind {
             addr: config.bind,
             source,
@@ -163,6 +174,7 @@ impl SimServer {
             next_request: std::sync::atomic::AtomicU64::new(0),
             shutdown: shutdown_rx,
             hold: Arc::new(Hold::new(config_hold)),
+            faults,
         });
         let engine = matches!(shared.config.mode, LatencyMode::Model)
             .then(|| tokio::spawn(run_engine(Arc::clone(&shared))));
@@ -295,12 +307,15 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
+                    let reset = Arc::new(ConnReset::default());
+                    let stream = ResettableStream::new(stream, Arc::clone(&reset));
+                    let shared = Arc::clone(&shared);
                     match &tls {
                         None => {
-                            conns.spawn(serve_connection(stream, Arc::clone(&shared)));
+                            conns.spawn(serve_connection(stream, shared, reset));
                         }
                         Some(acceptor) => {
-                            conns.spawn(serve_tls(acceptor.clone(), stream, Arc::clone(&shared)));
+                            conns.spawn(serve_tls(acceptor.clone(), stream, shared, reset));
                         }
                     }
                 }
@@ -323,9 +338,14 @@ async fn accept_loop(
 }
 
 /// The TLS handshake (in the connection's own task, never the accept loop's), then HTTP.
-async fn serve_tls(acceptor: tokio_rustls::TlsAcceptor, stream: TcpStream, shared: Arc<Shared>) {
+async fn serve_tls(
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: ResettableStream,
+    shared: Arc<Shared>,
+    reset: Arc<ConnReset>,
+) {
     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => serve_connection(tls, shared).await,
+        Ok(Ok(tls)) => serve_connection(tls, shared, reset).await,
         Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
         Err(_) => tracing::debug!("TLS handshake timed out"),
     }
@@ -334,20 +354,27 @@ async fn serve_tls(acceptor: tokio_rustls::TlsAcceptor, stream: TcpStream, share
 /// A client that opens a connection and never completes the handshake is dropped after this.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-async fn serve_connection<S>(stream: S, shared: Arc<Shared>)
+/// Serves HTTP/1.1 on one connection until it ends, the server shuts down or a fault pulls
+/// `reset`: then the connection (and the request in flight) is dropped at once, and the
+/// [`ResettableStream`] under `stream` closes the socket with RST.
+async fn serve_connection<S>(stream: S, shared: Arc<Shared>, reset: Arc<ConnReset>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let mut shutdown = shared.shutdown.clone();
+    let conn_reset = Arc::clone(&reset);
     let svc = service_fn(move |req| {
         let shared = Arc::clone(&shared);
-        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+        let reset = Arc::clone(&conn_reset);
+        async move { Ok::<_, Infallible>(handle(shared, req, reset).await) }
     });
     let conn = http1::Builder::new()
         .keep_alive(true)
         .serve_connection(TokioIo::new(stream), svc);
     tokio::pin!(conn);
     tokio::select! {
+        biased;
+        () = reset.pulled() => return poll_once(conn).await,
         res = conn.as_mut() => {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "connection ended with an error");
@@ -357,7 +384,22 @@ where
         () = wait_shutdown(&mut shutdown) => {}
     }
     conn.as_mut().graceful_shutdown();
-    let _ = conn.await;
+    tokio::select! {
+        biased;
+        () = reset.pulled() => poll_once(conn).await,
+        _ = conn.as_mut() => {}
+    }
+}
+
+/// Polls `f` once. Before a reset drops the connection: hyper writes out what it has taken
+/// from the response body (a fault that resets after some bytes waits until hyper took them
+/// all, and sends no more), so those bytes reach the client before the RST.
+async fn poll_once<F: Future>(mut f: std::pin::Pin<&mut F>) {
+    std::future::poll_fn(|cx| {
+        let _ = f.as_mut().poll(cx);
+        std::task::Poll::Ready(())
+    })
+    .await;
 }
 
 /// Every served path (other methods on them answer `405`, other paths `404`).
@@ -386,9 +428,15 @@ const POST_PATHS: [&str; 4] = [
     "/sim/release",
 ];
 
-async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<SimBody> {
+async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    reset: Arc<ConnReset>,
+) -> Response<SimBody> {
     let mut resp = match Api::from_path(req.uri().path()) {
-        Some(api) if req.method() == Method::POST => generate(Arc::clone(&shared), req, api).await,
+        Some(api) if req.method() == Method::POST => {
+            generate(Arc::clone(&shared), req, api, reset).await
+        }
         _ if req.method() == Method::GET && req.uri().path() == "/sim/held" => {
             held(&shared, &req).await
         }
@@ -410,7 +458,7 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<SimBody> {
         ),
         (&Method::GET, "/health") => respond(StatusCode::OK, "text/plain", SimBody::empty()),
         (&Method::GET, "/metrics") => {
-            let text = {
+            let mut text = {
                 let st = shared.lock();
                 metrics::render(
                     shared.config.flavor,
@@ -419,6 +467,9 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<SimBody> {
                     &st.gauges(),
                 )
             };
+            if let Some(f) = &shared.faults {
+                metrics::render_faults(&mut text, &shared.config.model, &f.counts());
+            }
             respond(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
@@ -537,6 +588,8 @@ struct RequestGuard {
     held: Option<Duration>,
     /// Start of the hold the request is in now.
     held_since: Option<Instant>,
+    /// The fault injected, once it is.
+    fault: Option<FaultKind>,
 }
 
 impl RequestGuard {
@@ -561,6 +614,27 @@ impl RequestGuard {
             first_token_seen: false,
             held: None,
             held_since: None,
+            fault: None,
+        }
+    }
+
+    /// Records that `kind` is being injected into this request: its fault-log line now, its
+    /// request-log line's `fault` when the request ends.
+    fn inject(&mut self, kind: FaultKind) {
+        self.fault = Some(kind);
+        if let Some(f) = &self.shared.faults {
+            let utc = OffsetDateTime::now_utc()
+                .format(&Rfc3339)
+                .unwrap_or_default();
+            f.injected(&FaultLine {
+                utc: &utc,
+                ms: hold::round_ms(Instant::now().saturating_duration_since(self.shared.start)),
+                fault: kind,
+                session: self.session.as_deref(),
+                turn_index: self.turn_index,
+                endpoint: self.endpoint,
+                stream: self.stream,
+            });
         }
     }
 
@@ -613,14 +687,9 @@ impl Drop for RequestGuard {
         }
         if let Some(log) = &self.shared.log {
             let recv_utc = self.recv_utc.format(&Rfc3339).unwrap_or_default();
-            let recv_ms = self
-                .recv
-                .saturating_duration_since(self.shared.start)
-                .as_secs_f64()
-                * 1000.0;
             log.write(&LogLine {
                 recv_utc: &recv_utc,
-                recv_ms: (recv_ms * 1000.0).round() / 1000.0,
+                recv_ms: hold::round_ms(self.recv.saturating_duration_since(self.shared.start)),
                 endpoint: self.endpoint,
                 session: self.session.as_deref(),
                 turn_index: self.turn_index,
@@ -631,6 +700,7 @@ impl Drop for RequestGuard {
                 stream: self.stream,
                 finish,
                 held_ms: self.held.map(hold::round_ms),
+                fault: self.fault,
             });
         }
         let mut st = self.shared.lock();
@@ -669,7 +739,12 @@ enum Source {
 /// The pipeline of every generation endpoint: parse (per API), render and count the prompt, key
 /// its prefix blocks, check the context, pick the output length, admit, then produce the tokens
 /// on the mode's schedule and write them in the API's shape.
-async fn generate(shared: Arc<Shared>, req: Request<Incoming>, api: Api) -> Response<SimBody> {
+async fn generate(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    api: Api,
+    reset: Arc<ConnReset>,
+) -> Response<SimBody> {
     let recv = Instant::now();
     let cfg = &shared.config;
     let session = req
@@ -737,6 +812,23 @@ async fn generate(shared: Arc<Shared>, req: Request<Incoming>, api: Api) -> Resp
         return guard.reject(api, &e);
     }
 
+    // Every request the simulator would serve draws its fault here; those answered without
+    // generating (errors, a reset before the head) end here.
+    let fault = shared.faults.as_ref().and_then(|f| {
+        let (kind, h) = f.decide(guard.session.as_deref(), parsed.turn_index)?;
+        faults::applies(kind, api, parsed.stream, parsed.include_usage).then_some((f, kind, h))
+    });
+    let fault = match fault {
+        None => None,
+        Some((f, kind, h)) => {
+            let model = parsed.model.as_deref().unwrap_or(&cfg.model);
+            match apply_early_fault(&mut guard, api, model, f, kind, h, &reset).await {
+                Some(response) => return response,
+                None => Some(kind),
+            }
+        }
+    };
+
     let req_no = shared.next_request.fetch_add(1, Ordering::Relaxed);
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ req_no);
     let (out_len, finish) = if parsed.ignore_eos {
@@ -770,6 +862,8 @@ async fn generate(shared: Arc<Shared>, req: Request<Incoming>, api: Api) -> Resp
         reasoning: reasoning_len > 0,
         answer: out_len > reasoning_len,
         include_usage: parsed.include_usage,
+        omit_usage: fault == Some(FaultKind::TruncatedUsage),
+        omit_terminal: fault == Some(FaultKind::NoDone),
     });
     let store = parsed
         .store
@@ -789,7 +883,21 @@ async fn generate(shared: Arc<Shared>, req: Request<Incoming>, api: Api) -> Resp
         tx: None,
         shutdown: shared.shutdown.clone(),
         store,
+        fault,
+        conn: reset,
+        act_after: 0,
+        action_due: false,
+        malformed_at: None,
+        pending_log: None,
     };
+    if stream {
+        match fault {
+            Some(FaultKind::Stall) => generator.act_after = 1,
+            Some(FaultKind::ResetMidStream) => generator.act_after = (out_len / 2).max(1),
+            Some(FaultKind::MalformedChunk) => generator.malformed_at = Some(out_len / 2),
+            _ => {}
+        }
+    }
     // The hold is decided here, after every check (a request that is refused is never held)
     // and before the request takes a batch slot, KV blocks or a timer.
     let begin = match generator.enter_hold() {
@@ -802,6 +910,9 @@ async fn generate(shared: Arc<Shared>, req: Request<Incoming>, api: Api) -> Resp
             // The whole answer fits in one frame: send it with the head, without a task or a
             // channel (one write instead of two; the simulator's cheapest path).
             generator.complete();
+            if let Some(kind) = generator.pending_log.take() {
+                generator.guard.inject(kind);
+            }
             let body = generator.buf.split().freeze();
             let mut r = respond(
                 StatusCode::OK,
@@ -831,9 +942,66 @@ async fn generate(shared: Arc<Shared>, req: Request<Incoming>, api: Api) -> Resp
             reasoning: &generator.reasoning_text,
             text: &generator.text,
         };
-        let body = generator.wire.body(generator.guard.usage, finish, out);
+        let mut body = generator.wire.body(generator.guard.usage, finish, out);
+        match fault {
+            Some(FaultKind::ResetMidStream) => return generator.reset_mid_body(body),
+            Some(kind @ FaultKind::MalformedChunk) => {
+                generator.guard.inject(kind);
+                let half = faults::first_half(&body).len();
+                body.truncate(half);
+            }
+            Some(kind @ FaultKind::TruncatedUsage) => generator.guard.inject(kind),
+            _ => {}
+        }
         respond(StatusCode::OK, "application/json", SimBody::full(body))
     }
+}
+
+/// The faults that act before generation: an error reply, a reset before the head (both
+/// returned as the response, which for the reset is never sent) or a delay (`slow-headers`,
+/// and `stall` on a request that is not streamed: its head waits); `None` to go on.
+async fn apply_early_fault(
+    guard: &mut RequestGuard,
+    api: Api,
+    model: &str,
+    f: &FaultState,
+    kind: FaultKind,
+    h: u64,
+    reset: &ConnReset,
+) -> Option<Response<SimBody>> {
+    let delay = match kind {
+        FaultKind::RateLimited | FaultKind::Unavailable | FaultKind::InternalError => {
+            let (status, retry_after, body) =
+                faults::error_reply(kind, api, model, f.cfg.retry_after_s, h);
+            guard.inject(kind);
+            guard.status = status.as_u16();
+            guard.finish = Some("error");
+            let mut r = respond(status, "application/json", SimBody::full(body));
+            if let Some(s) = retry_after {
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(s));
+            }
+            return Some(r);
+        }
+        FaultKind::ResetBeforeHeaders => {
+            guard.status = 0;
+            guard.inject(kind);
+            reset.pull();
+            // The connection's task drops the connection, and this request with it (its guard
+            // writes the log line), as soon as it sees the pull.
+            return Some(std::future::pending().await);
+        }
+        FaultKind::SlowHeaders => f.cfg.slow_headers,
+        FaultKind::Stall if !guard.stream => f.cfg.stall,
+        _ => return None,
+    };
+    guard.inject(kind);
+    let mut shutdown = guard.shared.shutdown.clone();
+    tokio::select! {
+        () = tokio::time::sleep(delay) => {}
+        () = wait_shutdown(&mut shutdown) => {}
+    }
+    None
 }
 
 /// Produces one request's tokens and writes them as SSE events (or collects the text).
@@ -862,6 +1030,21 @@ struct Generator {
     shutdown: watch::Receiver<bool>,
     /// Responses API: the id and draft to remember once the answer is complete.
     store: Option<(String, Draft)>,
+    /// The fault drawn for the request (applied in the stream: `stall`, `reset-mid-stream`,
+    /// `malformed-chunk`; the others act elsewhere).
+    fault: Option<FaultKind>,
+    /// The request's connection (`reset-mid-stream` resets it).
+    conn: Arc<ConnReset>,
+    /// Streaming: the fault's action (stall, reset) comes once this many tokens are produced
+    /// and sent (0: never).
+    act_after: u32,
+    /// The action is due at the next flush.
+    action_due: bool,
+    /// Streaming, `malformed-chunk`: the 0-based token whose event is preceded by a copy cut
+    /// in half.
+    malformed_at: Option<u32>,
+    /// A fault written into `buf`, logged once the bytes are handed to the connection.
+    pending_log: Option<FaultKind>,
 }
 
 impl Generator {
@@ -888,7 +1071,19 @@ impl Generator {
                 self.wire.answer_begins(&mut self.buf, &self.reasoning_text);
             }
             let fin = self.done().then_some(self.finish);
-            self.wire.token(&mut self.buf, word, reasoning, fin);
+            if self.malformed_at == Some(n) {
+                let start = self.buf.len();
+                self.wire.token(&mut self.buf, word, reasoning, fin);
+                let event = self.buf.split_off(start);
+                self.buf.extend_from_slice(&faults::malformed_event(&event));
+                self.buf.extend_from_slice(&event);
+                self.pending_log = Some(FaultKind::MalformedChunk);
+            } else {
+                self.wire.token(&mut self.buf, word, reasoning, fin);
+            }
+            if self.act_after == n + 1 {
+                self.action_due = true;
+            }
         }
         if self.collect {
             if reasoning {
@@ -1006,15 +1201,16 @@ impl Generator {
         true
     }
 
-    /// Produces tokens at once until done (`true`) or `limit` bytes are pending (`false`).
+    /// Produces tokens at once until done (`true`) or `limit` bytes are pending or a fault's
+    /// action is due (`false`).
     fn fill(&mut self, limit: usize) -> bool {
         while !self.done() {
-            if self.buf.len() >= limit {
+            if self.buf.len() >= limit || self.action_due {
                 return false;
             }
             self.token();
         }
-        true
+        !self.action_due
     }
 
     /// After the last token: the closing events (streaming) and, for the Responses API, the
@@ -1030,6 +1226,12 @@ impl Generator {
                 .end(&mut self.buf, self.guard.usage, self.finish, out);
         }
         self.guard.finish = Some(self.finish);
+        if self.sse {
+            self.pending_log = self.pending_log.or(match self.fault {
+                Some(k @ (FaultKind::NoDone | FaultKind::TruncatedUsage)) => Some(k),
+                _ => None,
+            });
+        }
         if let Some((id, draft)) = self.store.take() {
             let stored = Arc::new(draft.finish(&self.text));
             let forgotten = self.guard.shared.lock().responses.insert(id, stored);
@@ -1038,19 +1240,102 @@ impl Generator {
         }
     }
 
-    /// Sends the pending bytes as one frame; `false` when the client or the server is gone.
+    /// Sends the pending bytes as one frame, then acts out a fault that is due; `false` when
+    /// the client or the server is gone, or the fault ended the request.
     async fn flush(&mut self) -> bool {
         let Some(tx) = &self.tx else {
             return true;
         };
-        if self.buf.is_empty() {
-            return true;
+        if !self.buf.is_empty() {
+            let frame = self.buf.split().freeze();
+            let sent = tokio::select! {
+                sent = tx.send(frame) => sent.is_ok(),
+                () = wait_shutdown(&mut self.shutdown) => false,
+            };
+            if !sent {
+                return false;
+            }
         }
-        let frame = self.buf.split().freeze();
-        tokio::select! {
-            sent = tx.send(frame) => sent.is_ok(),
-            () = wait_shutdown(&mut self.shutdown) => false,
+        if let Some(kind) = self.pending_log.take() {
+            self.guard.inject(kind);
         }
+        if self.action_due {
+            self.action_due = false;
+            return self.act().await;
+        }
+        true
+    }
+
+    /// A streamed request's fault action, after the bytes before it were sent: `stall` waits
+    /// (`false` if the client or the server goes meanwhile), `reset-mid-stream` resets the
+    /// connection once the bytes sent are written (`false`: the request ends there).
+    async fn act(&mut self) -> bool {
+        let tx = self.tx.clone();
+        let mut shutdown = self.shutdown.clone();
+        match self.fault {
+            Some(kind @ FaultKind::Stall) => {
+                let stall = self
+                    .guard
+                    .shared
+                    .faults
+                    .as_ref()
+                    .map_or(Duration::ZERO, |f| f.cfg.stall);
+                self.guard.inject(kind);
+                tokio::select! {
+                    () = tokio::time::sleep(stall) => true,
+                    () = closed(tx.as_ref()) => false,
+                    () = wait_shutdown(&mut shutdown) => false,
+                }
+            }
+            Some(kind @ FaultKind::ResetMidStream) => {
+                if let Some(tx) = &tx {
+                    // Every slot free: hyper took every frame sent.
+                    let drained = tokio::select! {
+                        r = tx.reserve_many(tx.max_capacity()) => r.is_ok(),
+                        () = wait_shutdown(&mut shutdown) => false,
+                    };
+                    if !drained {
+                        return false;
+                    }
+                }
+                self.guard.inject(kind);
+                self.conn.pull();
+                hold_until_reset(tx.as_ref()).await;
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// `reset-mid-stream` on a request that is not streamed: the head (with the whole body's
+    /// `content-length`) and the first half of the body, then a reset. The request is logged
+    /// as aborted.
+    fn reset_mid_body(self, body: Vec<u8>) -> Response<SimBody> {
+        let mut guard = self.guard;
+        guard.finish = None;
+        let conn = self.conn;
+        let mut shutdown = self.shutdown;
+        let len = body.len();
+        let half = faults::first_half(&body).len();
+        let half = Bytes::from(body).slice(..half);
+        let (tx, rx) = mpsc::channel(1);
+        tokio::spawn(async move {
+            let sent = tokio::select! {
+                // Sent, then the slot free again: hyper took the bytes.
+                r = async { tx.send(half).await.ok()?; tx.reserve().await.ok() } => r.is_some(),
+                () = wait_shutdown(&mut shutdown) => false,
+            };
+            if sent {
+                guard.inject(FaultKind::ResetMidStream);
+                conn.pull();
+                hold_until_reset(Some(&tx)).await;
+            }
+            drop(guard);
+        });
+        let mut r = respond(StatusCode::OK, "application/json", SimBody::Channel(rx));
+        r.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        r
     }
 
     /// Runs to completion (after the hold, if held); `false` when aborted (client gone, server
@@ -1081,7 +1366,7 @@ impl Generator {
                         return false;
                     };
                     let mut handed_back = self.on_event(ev);
-                    while handed_back.is_none() && !self.done() {
+                    while handed_back.is_none() && !self.done() && !self.action_due {
                         match rx.try_recv() {
                             Ok(ev) => handed_back = self.on_event(ev),
                             Err(_) => break,
@@ -1093,7 +1378,7 @@ impl Generator {
                         }
                         continue;
                     }
-                    if !self.done() && !self.flush().await {
+                    if (!self.done() || self.action_due) && !self.flush().await {
                         return false;
                     }
                 }
@@ -1108,7 +1393,7 @@ impl Generator {
                         () = wait_shutdown(&mut shutdown) => return false,
                     }
                     self.token();
-                    if !self.done() && !self.flush().await {
+                    if (!self.done() || self.action_due) && !self.flush().await {
                         return false;
                     }
                 }
@@ -1126,6 +1411,12 @@ impl Generator {
         self.flush().await;
         true
     }
+}
+
+/// After a reset was pulled: keeps the body open until the connection is dropped (at most a
+/// second), so that hyper cannot end the response normally first.
+async fn hold_until_reset(tx: Option<&mpsc::Sender<Bytes>>) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), closed(tx)).await;
 }
 
 /// Resolves when the body channel's receiver is gone (the client left); never without one.

@@ -170,7 +170,9 @@ impl Api {
     pub(crate) fn wire(self, a: &Answer<'_>) -> Wire {
         let chunks = |kind, id: String| Wire::Chunks {
             fmt: ChunkFormat::new(kind, id, a.created, a.model, a.flavor, a.reasoning),
-            include_usage: a.include_usage,
+            include_usage: a.include_usage && !a.omit_usage,
+            omit_usage: a.omit_usage,
+            omit_terminal: a.omit_terminal,
         };
         match self {
             Api::Chat => chunks(ChunkKind::Chat, format!("chatcmpl-{}", a.id_hex)),
@@ -196,6 +198,10 @@ pub(crate) struct Answer<'a> {
     pub(crate) answer: bool,
     /// Chat and completions: the usage chunk is sent.
     pub(crate) include_usage: bool,
+    /// Fault `truncated-usage`: no usage anywhere (usage chunk, usage objects).
+    pub(crate) omit_usage: bool,
+    /// Fault `no-done`: the stream ends without its terminal event.
+    pub(crate) omit_terminal: bool,
 }
 
 /// The produced text of a finished answer.
@@ -211,6 +217,10 @@ pub(crate) enum Wire {
     Chunks {
         fmt: ChunkFormat,
         include_usage: bool,
+        /// The non-streamed body has no `usage`.
+        omit_usage: bool,
+        /// No `data: [DONE]`.
+        omit_terminal: bool,
     },
     /// Responses API events.
     Responses(Box<ResponsesFormat>),
@@ -261,14 +271,22 @@ impl Wire {
         }
     }
 
-    /// After the last token: the closing events (usage, terminal event, `[DONE]`).
+    /// After the last token: the closing events (usage, terminal event, `[DONE]`; without the
+    /// usage or the terminal event under the faults `truncated-usage` and `no-done`).
     pub(crate) fn end(&mut self, buf: &mut BytesMut, usage: Usage, finish: &str, out: Output<'_>) {
         match self {
-            Wire::Chunks { fmt, include_usage } => {
+            Wire::Chunks {
+                fmt,
+                include_usage,
+                omit_terminal,
+                ..
+            } => {
                 if *include_usage {
                     fmt.usage(buf, usage);
                 }
-                ChunkFormat::done(buf);
+                if !*omit_terminal {
+                    ChunkFormat::done(buf);
+                }
             }
             Wire::Responses(f) => f.end(buf, usage, finish, out),
             Wire::Messages(f) => f.end(buf, usage, finish),
@@ -278,7 +296,9 @@ impl Wire {
     /// The non-streamed body.
     pub(crate) fn body(&self, usage: Usage, finish: &str, out: Output<'_>) -> Vec<u8> {
         match self {
-            Wire::Chunks { fmt, .. } => fmt.body(usage, finish, out),
+            Wire::Chunks {
+                fmt, omit_usage, ..
+            } => fmt.body(usage, finish, out, !*omit_usage),
             Wire::Responses(f) => f.body(usage, finish, out),
             Wire::Messages(f) => f.body(usage, finish, out),
         }

@@ -466,9 +466,10 @@ fn evaluate(
             } else {
                 &mut tokens.measuring
             };
-            sum.input += t.input_tokens.unwrap_or(0);
-            sum.output += t.output_tokens.unwrap_or(0);
-            sum.cached += t.cached_tokens.unwrap_or(0);
+            // Saturating: a corrupt record may hold any count.
+            sum.input = sum.input.saturating_add(t.input_tokens.unwrap_or(0));
+            sum.output = sum.output.saturating_add(t.output_tokens.unwrap_or(0));
+            sum.cached = sum.cached.saturating_add(t.cached_tokens.unwrap_or(0));
         }
     }
     let last_turn = turns.iter().filter_map(|t| parse_utc(&t.end_utc)).max();
@@ -775,6 +776,24 @@ mod tests {
             &[session("w", true), session("a", false), session("b", false)],
         );
         d
+    }
+
+    #[test]
+    fn absurd_token_counts_saturate() {
+        // A corrupt turns.jsonl may hold any u64: two counts near u64::MAX overflowed the token
+        // sums (a panic with overflow checks). Found reading the code for the `rundir` fuzz
+        // target (`xtask/fuzz`), which panicked on such a run directory.
+        let d = Dir::new("absurd-tokens");
+        let huge = |s: &str| {
+            record(
+                turn(s, 0, 1.0, false),
+                json!({"input_tokens": u64::MAX, "output_tokens": u64::MAX}),
+            )
+        };
+        d.append("turns.jsonl", &[huge("a"), huge("b")]);
+        let s = d.status(&Fake::new(45.0));
+        assert_eq!((s.tokens.input, s.tokens.output), (u64::MAX, u64::MAX));
+        assert_eq!(s.tokens.cached, 100);
     }
 
     #[test]

@@ -47,9 +47,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::error::{Error, ErrorKind};
+use crate::limits::{Limits, too_large};
 use crate::openai::ChatRequest;
 use crate::stream::{ChatStreamConsumer, TurnOutcome};
 use crate::tls::TlsOptions;
+pub use bench_rundir::Secrets;
 
 /// How to authenticate.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -103,8 +105,8 @@ impl Auth {
     }
 }
 
-/// Client settings.
-#[derive(Debug, Clone)]
+/// Client settings. `Debug` shows the headers' names, never their values.
+#[derive(Clone)]
 pub struct ClientConfig {
     /// `http://host:port` or `https://host:port`, optionally with a path prefix. A trailing `/v1` (or
     /// `/v1/chat/completions`) is accepted and ignored, so vLLM-style (`http://h:8000`),
@@ -124,6 +126,31 @@ pub struct ClientConfig {
     pub pool_idle_timeout: Duration,
     /// Trust and client certificates for `https://` base URLs (ignored for `http://`).
     pub tls: TlsOptions,
+    /// Size caps on responses ([`Limits::DEFAULT`]).
+    pub limits: Limits,
+    /// Values scrubbed from every error the client returns (default: the API keys of the
+    /// environment, [`Secrets::from_env`]). The client adds its own: the `Authorization` value
+    /// and those of secret-named `headers` ([`bench_rundir::is_secret_name`]); add the values
+    /// of headers named by `--secret-header` here.
+    pub secrets: Secrets,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("base_url", &self.base_url)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field(
+                "header_names",
+                &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .field("auth", &self.auth)
+            .field("tls", &self.tls)
+            .field("limits", &self.limits)
+            .field("secrets", &self.secrets)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClientConfig {
@@ -139,6 +166,8 @@ impl ClientConfig {
             max_idle_per_host: usize::MAX,
             pool_idle_timeout: Duration::from_secs(90),
             tls: TlsOptions::default(),
+            limits: Limits::DEFAULT,
+            secrets: Secrets::from_env(),
         }
     }
 }
@@ -176,6 +205,9 @@ pub struct StreamingResponse {
     body: Incoming,
     /// Kept open while the body is read; dropped with it (never pooled again).
     _conn: Conn,
+    /// Body bytes read so far, and the most the client reads ([`Limits::max_response_bytes`]).
+    read: u64,
+    max: u64,
 }
 
 impl std::fmt::Debug for StreamingResponse {
@@ -187,12 +219,26 @@ impl std::fmt::Debug for StreamingResponse {
 }
 
 impl StreamingResponse {
-    /// The next piece of the body as it arrived; `None` once the body ended.
+    /// The next piece of the body as it arrived; `None` once the body ended. A body longer
+    /// than the client's [`Limits::max_response_bytes`] ends in a
+    /// [`ErrorKind::ResponseTooLarge`] error.
     pub async fn chunk(&mut self) -> Option<Result<Bytes, Error>> {
+        if self.read > self.max {
+            return None;
+        }
         loop {
             match self.body.frame().await? {
                 Ok(frame) => {
                     if let Ok(data) = frame.into_data() {
+                        self.read += data.len() as u64;
+                        if self.read > self.max {
+                            return Some(Err(too_large(
+                                "the response body",
+                                self.max,
+                                "--max-response-bytes",
+                                "",
+                            )));
+                        }
                         return Some(Ok(data));
                     }
                 }
@@ -294,7 +340,10 @@ pub struct Client {
     headers: HeaderMap,
     timeout: Duration,
     connect_timeout: Duration,
+    limits: Limits,
     stats: Arc<ClientStats>,
+    /// Scrubbed from every error returned ([`ClientConfig::secrets`] and the client's own).
+    secrets: Secrets,
 }
 
 /// What an `https://` client needs to open a connection.
@@ -351,12 +400,14 @@ impl Client {
         };
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let mut secrets = config.secrets.clone();
         let auth_value = match &config.auth {
             Auth::None => None,
             Auth::Bearer(k) => Some(format!("Bearer {k}")),
             Auth::Raw(k) => Some(k.clone()),
         };
         if let Some(v) = auth_value {
+            secrets.add_header(AUTHORIZATION.as_str(), &v);
             let mut v = HeaderValue::from_str(&v).map_err(|_| {
                 Error::new(
                     ErrorKind::InvalidRequest,
@@ -373,12 +424,18 @@ impl Client {
                     format!("invalid header name {k:?}"),
                 )
             })?;
-            let value = HeaderValue::from_str(v.trim()).map_err(|_| {
+            let mut value = HeaderValue::from_str(v.trim()).map_err(|_| {
                 Error::new(
                     ErrorKind::InvalidRequest,
                     format!("invalid value for header {k:?}"),
                 )
             })?;
+            if bench_rundir::is_secret_name(k) {
+                secrets.add_header(k, v);
+            }
+            if secrets.is_secret(v) {
+                value.set_sensitive(true);
+            }
             headers.append(name, value);
         }
         Ok(Client {
@@ -394,14 +451,22 @@ impl Client {
             path_prefix,
             headers,
             timeout: config.timeout,
+            limits: config.limits,
             connect_timeout: config.connect_timeout,
             stats: Arc::new(ClientStats::default()),
+            secrets,
         })
     }
 
     /// The base URL requests go to (`scheme://authority` plus any path prefix).
     pub fn base_url(&self) -> String {
         format!("{}{}", self.scheme_authority, self.path_prefix)
+    }
+
+    /// The values scrubbed from this client's errors: for callers that report parts of a
+    /// response body themselves.
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
     }
 
     /// Requests re-sent because their pooled connection was already closed.
@@ -561,16 +626,17 @@ impl Client {
         path: &str,
         body: Segments,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> Result<(hyper::Response<Incoming>, Conn, u32), Error> {
+    ) -> Result<(hyper::Response<Incoming>, Conn, Redials), Error> {
         let uri = self.path(path)?;
         let mut redials = 0u32;
+        let mut resent = 0u32;
         loop {
             let mut conn = self.checkout().await?;
             let req = self.build_request(&method, &uri, &body, extra)?;
             let (unsent, err) = match conn.sender.ready().await {
                 Err(e) => (true, e),
                 Ok(()) => match conn.sender.try_send_request(req).await {
-                    Ok(resp) => return Ok((resp, conn, redials)),
+                    Ok(resp) => return Ok((resp, conn, Redials { redials, resent })),
                     Err(mut e) => (e.take_message().is_some(), e.into_error()),
                 },
             };
@@ -589,15 +655,17 @@ impl Client {
                 return Err(Error::new(
                     ErrorKind::Tls,
                     format!("TLS error with {}: {reason}", self.connect_to),
-                ));
+                )
+                .with_resent(resent));
             }
             if redials < MAX_REDIALS && is_stale_reuse(&conn, unsent, &err) {
                 redials += 1;
+                resent += u32::from(!unsent);
                 self.stats.redials.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("pooled connection was closed by the server; redialing");
                 continue;
             }
-            return Err(map_hyper_error(err, "sending the request"));
+            return Err(map_hyper_error(err, "sending the request").with_resent(resent));
         }
     }
 
@@ -626,12 +694,25 @@ impl Client {
         let timeout = timeout.unwrap_or(self.timeout);
         let fut = async {
             let (resp, conn, _) = self.send(method, path, body.into(), headers).await?;
-            let (parts, body) = resp.into_parts();
-            let body = body
-                .collect()
-                .await
-                .map_err(|e| map_hyper_error(e, "reading the response body"))?
-                .to_bytes();
+            let (parts, mut body) = resp.into_parts();
+            let max = self.limits.max_json_bytes;
+            let mut buf = Vec::new();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| map_hyper_error(e, "reading the response body"))?;
+                if let Some(d) = frame.data_ref() {
+                    if buf.len() + d.len() > max {
+                        // Dropping the connection closes it: the rest is never read.
+                        return Err(too_large(
+                            &format!("the response to {path}"),
+                            max as u64,
+                            "--max-json-bytes",
+                            "",
+                        ));
+                    }
+                    buf.extend_from_slice(d);
+                }
+            }
+            let body = Bytes::from(buf);
             self.checkin(conn).await;
             Ok(SimpleResponse {
                 status: parts.status,
@@ -672,6 +753,8 @@ impl Client {
                     headers: parts.headers,
                     body,
                     _conn: conn,
+                    read: 0,
+                    max: self.limits.max_response_bytes,
                 })
             }
             Err(_) => Err(Error::new(
@@ -723,7 +806,8 @@ impl Client {
             if !parts.status.is_success() {
                 return Err(Error::status_error(parts.status, b""));
             }
-            let mut consumer = ChatStreamConsumer::with_endpoint(sent, true, opts.endpoint);
+            let mut consumer = ChatStreamConsumer::with_endpoint(sent, true, opts.endpoint)
+                .with_limits(self.limits);
             while let Some(frame) = body.frame().await {
                 let at = Instant::now();
                 let frame = frame.map_err(|e| map_hyper_error(e, "reading the response stream"))?;
@@ -743,7 +827,8 @@ impl Client {
             ))
         };
         match tokio::time::timeout(timeout, fut).await {
-            Ok(r) => r,
+            // A server may echo the key or a header in its error: never pass it on.
+            Ok(r) => r.map_err(|e| e.scrub(&self.secrets)),
             Err(_) => Err(Error::new(
                 ErrorKind::Timeout,
                 format!("no output within {timeout:?}"),
@@ -773,17 +858,21 @@ impl Client {
         let timeout = opts.timeout.unwrap_or(self.timeout);
         let sent = Instant::now();
         let deadline = tokio::time::Instant::from_std(sent + timeout);
-        let mut progress = (0usize, 0u64); // output chunks, body bytes
+        let mut progress = Progress::default();
         let fut = self.chat_inner(body, stream, opts, sent, &mut progress);
         match tokio::time::timeout_at(deadline, fut).await {
-            Ok(r) => r,
+            Ok(Ok(o)) => Ok(o),
+            // A server may echo the key or a header in its error: never pass it on (only
+            // errors pay for the scan).
+            Ok(Err(e)) => Err(e.scrub(&self.secrets).with_resent(progress.resent)),
             Err(_) => Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
                     "turn not finished within {timeout:?} ({} output chunks, {} body bytes received)",
-                    progress.0, progress.1
+                    progress.chunks, progress.bytes
                 ),
-            )),
+            )
+            .with_resent(progress.resent)),
         }
     }
 
@@ -793,11 +882,12 @@ impl Client {
         stream: bool,
         opts: &RequestOptions,
         sent: Instant,
-        progress: &mut (usize, u64),
+        progress: &mut Progress,
     ) -> Result<TurnOutcome, Error> {
         let (resp, conn, redials) = self
             .send(Method::POST, opts.endpoint.path(), body, &opts.headers)
             .await?;
+        progress.resent = redials.resent;
         let (parts, mut body) = resp.into_parts();
         if !parts.status.is_success() {
             // Read the error body (up to 64 KiB) so the connection stays usable; only its first
@@ -824,7 +914,13 @@ impl Client {
             if complete {
                 self.checkin(conn).await;
             }
-            return Err(Error::status_error(parts.status, &buf));
+            let retry_after = parts
+                .headers
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            return Err(Error::status_error(parts.status, &buf).with_retry_after(retry_after));
         }
         let is_sse = parts
             .headers
@@ -849,28 +945,29 @@ impl Client {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
         });
-        let mut consumer = ChatStreamConsumer::with_endpoint(sent, streamed, opts.endpoint);
+        let mut consumer = ChatStreamConsumer::with_endpoint(sent, streamed, opts.endpoint)
+            .with_limits(self.limits);
         while let Some(frame) = body.frame().await {
             let at = Instant::now();
             let frame = frame.map_err(|e| {
                 let mut err = map_hyper_error(e, "reading the response stream");
-                if progress.1 > 0 {
+                if progress.bytes > 0 {
                     err = Error::new(
                         err.kind(),
                         format!(
                             "{} after {} body bytes and {} output chunks",
                             err.detail(),
-                            progress.1,
-                            progress.0
+                            progress.bytes,
+                            progress.chunks
                         ),
                     );
                 }
                 err
             })?;
             if let Some(data) = frame.data_ref() {
-                progress.1 += data.len() as u64;
+                progress.bytes += data.len() as u64;
                 consumer.feed(data, at)?;
-                progress.0 = consumer.chunks();
+                progress.chunks = consumer.chunks();
             }
         }
         let end = Instant::now();
@@ -879,12 +976,30 @@ impl Client {
         // error above it is dropped instead, which closes it.)
         self.checkin(conn).await;
         let mut outcome = consumer.finish(end)?;
-        outcome.redials = redials;
+        outcome.redials = redials.redials;
+        outcome.resent = redials.resent;
         outcome.connect = opened.map(|o| o.connect);
         outcome.tls = opened.and_then(|o| o.tls);
         outcome.worker = worker;
         Ok(outcome)
     }
+}
+
+/// How a request's sending went on stale pooled connections.
+#[derive(Debug, Clone, Copy, Default)]
+struct Redials {
+    /// Times it was sent again on a new connection.
+    redials: u32,
+    /// Of those, the times the request had been written first (the server may have got it).
+    resent: u32,
+}
+
+/// What a turn's response brought so far (for the detail of an error that cuts it).
+#[derive(Debug, Default)]
+struct Progress {
+    chunks: usize,
+    bytes: u64,
+    resent: u32,
 }
 
 /// A parsed base URL.

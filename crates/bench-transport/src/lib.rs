@@ -33,6 +33,9 @@ mod completions;
 pub mod endpoint;
 pub mod error;
 mod fastchunk;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod limits;
 mod messages;
 pub mod openai;
 mod responses;
@@ -41,9 +44,12 @@ pub mod stream;
 pub mod tls;
 
 pub use body::Segments;
-pub use client::{Auth, Client, ClientConfig, RequestOptions, SimpleResponse, StreamingResponse};
+pub use client::{
+    Auth, Client, ClientConfig, RequestOptions, Secrets, SimpleResponse, StreamingResponse,
+};
 pub use endpoint::{Endpoint, ParseEndpointError};
 pub use error::{Error, ErrorKind};
+pub use limits::Limits;
 pub use openai::{ChatMessage, ChatRequest, Role, StreamOptions, Usage};
 pub use stream::{ChatStreamConsumer, TurnOutcome};
 pub use tls::TlsOptions;

@@ -58,10 +58,12 @@ impl UsageParts {
             self.cache_read_input_tokens,
             self.cache_creation_input_tokens,
         ];
-        let prompt = parts
-            .iter()
-            .any(Option::is_some)
-            .then(|| parts.iter().map(|p| p.unwrap_or(0)).sum());
+        // Saturating: the counts are the server's, and absurd ones must not overflow.
+        let prompt = parts.iter().any(Option::is_some).then(|| {
+            parts
+                .iter()
+                .fold(0u64, |sum, p| sum.saturating_add(p.unwrap_or(0)))
+        });
         Usage {
             prompt_tokens: prompt,
             completion_tokens: self.output_tokens,

@@ -86,6 +86,10 @@ pub struct SseParser {
     bom_state: u8,
     /// Bytes held back while deciding whether the stream starts with a BOM.
     bom_buf: Vec<u8>,
+    /// The longest line, and the longest joined data of one event, the parser buffers
+    /// (0: no cap). Past it the parser stops and [`SseParser::overflowed`] says so.
+    max_len: usize,
+    overflowed: bool,
 }
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -100,9 +104,34 @@ fn text(bytes: &[u8]) -> Cow<'_, str> {
 }
 
 impl SseParser {
-    /// A parser at the start of a stream.
+    /// A parser at the start of a stream, with no cap on line or event size.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A parser that buffers at most `max_len` bytes of one line and of one event's joined
+    /// `data`: a longer line or event stops it (memory stays bounded whatever the stream holds)
+    /// and [`SseParser::overflowed`] turns true. Nothing after that point is handed out.
+    pub fn with_max_len(max_len: usize) -> Self {
+        SseParser {
+            max_len,
+            ..Self::default()
+        }
+    }
+
+    /// True once a line or an event passed the parser's cap ([`SseParser::with_max_len`]);
+    /// the parser ignores everything fed after that.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
+    /// Whether `len` more bytes of one line or event would pass the cap (and if so, stops).
+    #[inline]
+    fn over(&mut self, len: usize) -> bool {
+        if self.max_len != 0 && len > self.max_len {
+            self.overflowed = true;
+        }
+        self.overflowed
     }
 
     /// The WHATWG "last event ID": the most recent `id` field of a dispatched event (it
@@ -126,6 +155,9 @@ impl SseParser {
     where
         F: for<'x> FnMut(SseItem<'x>),
     {
+        if self.overflowed {
+            return;
+        }
         let mut chunk = chunk;
         // A leading byte order mark, possibly split across chunks.
         let held;
@@ -156,6 +188,10 @@ impl SseParser {
     where
         F: for<'x> FnMut(SseItem<'x>),
     {
+        // An empty chunk changes nothing (it must not end a CR's wait for its LF).
+        if chunk.is_empty() {
+            return;
+        }
         let mut pos = 0;
         if self.pending_cr {
             self.pending_cr = false;
@@ -164,9 +200,14 @@ impl SseParser {
             }
         }
         while pos < chunk.len() {
+            if self.overflowed {
+                return;
+            }
             let rest = &chunk[pos..];
             let Some(off) = memchr::memchr2(b'\n', b'\r', rest) else {
-                self.line_buf.extend_from_slice(rest);
+                if !self.over(self.line_buf.len() + rest.len()) {
+                    self.line_buf.extend_from_slice(rest);
+                }
                 break;
             };
             let end = pos + off;
@@ -181,8 +222,14 @@ impl SseParser {
                 }
             }
             if self.line_buf.is_empty() {
+                if self.over(end - pos) {
+                    return;
+                }
                 self.process_line(chunk, pos, end, on_item);
             } else {
+                if self.over(self.line_buf.len() + end - pos) {
+                    return;
+                }
                 self.line_buf.extend_from_slice(&chunk[pos..end]);
                 let line = std::mem::take(&mut self.line_buf);
                 self.process_owned_line(&line, on_item);
@@ -191,6 +238,9 @@ impl SseParser {
                 self.line_buf.clear();
             }
             pos = next;
+        }
+        if self.overflowed {
+            return;
         }
         // An event whose data still points into this chunk must be copied before the chunk goes.
         if let DataLoc::Chunk(s, e) = self.data_loc {
@@ -217,6 +267,9 @@ impl SseParser {
             match self.data_loc {
                 DataLoc::None => self.data_loc = DataLoc::Chunk(vs, ve),
                 DataLoc::Chunk(s, e) => {
+                    if self.over(e - s + ve - vs + 2) {
+                        return;
+                    }
                     self.data_buf.clear();
                     self.data_buf.extend_from_slice(&chunk[s..e]);
                     self.data_buf.push(b'\n');
@@ -225,6 +278,9 @@ impl SseParser {
                     self.data_loc = DataLoc::Buf;
                 }
                 DataLoc::Buf => {
+                    if self.over(self.data_buf.len() + ve - vs + 1) {
+                        return;
+                    }
                     self.data_buf.extend_from_slice(&chunk[vs..ve]);
                     self.data_buf.push(b'\n');
                 }
@@ -249,6 +305,9 @@ impl SseParser {
             debug_assert!(!matches!(self.data_loc, DataLoc::Chunk(..)));
             if self.data_loc == DataLoc::None {
                 self.data_buf.clear();
+            }
+            if self.over(self.data_buf.len() + line.len() - value_start + 1) {
+                return;
             }
             self.data_buf.extend_from_slice(&line[value_start..]);
             self.data_buf.push(b'\n');
@@ -381,11 +440,74 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_chunk_between_cr_and_lf_leaves_one_line_end() {
+        // Found by the `sse` fuzz target (`xtask/fuzz`, minimized): an empty chunk cleared the
+        // pending CR, so the LF after it read as a blank line and dispatched an event the
+        // stream does not hold.
+        let whole = parse_all(&[b"data\r\n"]);
+        assert!(whole.is_empty(), "{whole:?}");
+        assert_eq!(parse_all(&[b"data\r", b"", b"\n"]), whole);
+        assert_eq!(
+            parse_all(&[b"data: x\r", b"", b"\n", b"", b"\r", b"", b"\n"]),
+            parse_all(&[b"data: x\r\n\r\n"])
+        );
+    }
+
+    #[test]
     fn unterminated_event_is_dropped() {
         let mut p = SseParser::new();
         let mut n = 0;
         p.feed(b"data: a\n\ndata: b\n", |_| n += 1);
         assert_eq!(n, 1);
         assert!(!p.is_idle());
+    }
+
+    #[test]
+    fn a_line_past_the_cap_stops_the_parser_without_buffering_it() {
+        let mut p = SseParser::with_max_len(64);
+        let mut events = Vec::new();
+        p.feed(b"data: ok\n\ndata: ", |it| events.push(format!("{it:?}")));
+        // A line that never ends, fed in pieces: the buffer never holds more than the cap.
+        for _ in 0..1000 {
+            p.feed(&[b'x'; 100], |it| events.push(format!("{it:?}")));
+            assert!(p.line_buf.capacity() <= 128, "{}", p.line_buf.capacity());
+        }
+        assert!(p.overflowed());
+        assert_eq!(events.len(), 1, "{events:?}");
+        // Nothing after the overflow is handed out.
+        p.feed(b"\n\ndata: late\n\n", |it| events.push(format!("{it:?}")));
+        assert_eq!(events.len(), 1);
+    }
+
+    #[test]
+    fn an_event_of_many_short_data_lines_past_the_cap_stops_the_parser() {
+        let mut p = SseParser::with_max_len(64);
+        let mut n = 0;
+        for _ in 0..100 {
+            p.feed(b"data: 0123456789\n", |_| n += 1);
+        }
+        assert!(p.overflowed());
+        assert!(p.data_buf.capacity() <= 128);
+        assert_eq!(n, 0);
+        // One line inside one chunk longer than the cap overflows too.
+        let mut p = SseParser::with_max_len(8);
+        p.feed(b"data: 0123456789\n\n", |_| n += 1);
+        assert!(p.overflowed());
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn lines_and_events_at_the_cap_are_fine() {
+        let mut p = SseParser::with_max_len(16);
+        let mut data = Vec::new();
+        for chunk in [&b"data: 0123456789"[..], b"\n\ndata: ab\ndata: cd\n\n"] {
+            p.feed(chunk, |it| {
+                if let SseItem::Event(ev) = it {
+                    data.push(ev.data.to_string());
+                }
+            });
+        }
+        assert!(!p.overflowed());
+        assert_eq!(data, ["0123456789", "ab\ncd"]);
     }
 }

@@ -34,6 +34,7 @@ use serde::Serialize;
 
 use crate::endpoint::Endpoint;
 use crate::error::{Error, ErrorKind};
+use crate::limits::Limits;
 use crate::openai::{Usage, wire};
 use crate::sse::{SseItem, SseParser};
 
@@ -83,6 +84,10 @@ pub struct TurnOutcome {
     /// How many times the request was re-sent because its pooled connection had been closed by
     /// the server before the request reached it (see [`crate::Client`]).
     pub redials: u32,
+    /// Of [`TurnOutcome::redials`], the times the request had been written before its
+    /// connection closed without any response: the server may have received it, so each is
+    /// a failed attempt.
+    pub resent: u32,
     /// Value of the configured worker header on the response, if any.
     pub worker: Option<String>,
     /// TCP connect time of the new connection the request went out on, measured by the
@@ -134,6 +139,7 @@ pub struct ChatStreamConsumer {
     error: Option<Error>,
     body: Vec<u8>,
     body_bytes: u64,
+    limits: Limits,
 }
 
 /// What one chunk (event) carried.
@@ -206,11 +212,9 @@ fn is_done_marker(data: &str) -> bool {
 
 /// The first 200 bytes of `data` (at a character boundary) on one line.
 pub(crate) fn snippet(data: &str) -> String {
-    let mut end = data.len().min(200);
-    while !data.is_char_boundary(end) {
-        end -= 1;
-    }
-    data[..end].replace(['\n', '\r'], " ")
+    // Never inside a word: a secret the server echoed is whole (for the client's scrub) or
+    // left out.
+    bench_rundir::secrets::cut(data, 200).replace(['\n', '\r'], " ")
 }
 
 /// A JSON payload (`what`: "chunk", "event", "response") that did not parse.
@@ -263,13 +267,23 @@ impl ChatStreamConsumer {
             sent,
             streamed,
             endpoint,
-            parser: SseParser::new(),
+            parser: SseParser::with_max_len(Limits::DEFAULT.max_event_bytes),
             done: false,
             state: Accum::default(),
             error: None,
             body: Vec::new(),
             body_bytes: 0,
+            limits: Limits::DEFAULT,
         }
+    }
+
+    /// The same consumer with other size caps (default [`Limits::DEFAULT`]). Past a cap,
+    /// [`ChatStreamConsumer::feed`] fails with [`ErrorKind::ResponseTooLarge`] and nothing more
+    /// is buffered.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self.parser = SseParser::with_max_len(limits.max_event_bytes);
+        self
     }
 
     /// The endpoint whose responses this consumer parses.
@@ -293,7 +307,27 @@ impl ChatStreamConsumer {
     /// be bad (malformed JSON in an event, or an error sent by the server).
     pub fn feed(&mut self, bytes: &[u8], at: Instant) -> Result<(), Error> {
         self.body_bytes += bytes.len() as u64;
+        if self.body_bytes > self.limits.max_response_bytes {
+            return Err(crate::limits::too_large(
+                "the response body",
+                self.limits.max_response_bytes,
+                "--max-response-bytes",
+                &format!(
+                    " after {} events and {} output chunks",
+                    self.state.events,
+                    self.state.chunk_offsets.len()
+                ),
+            ));
+        }
         if !self.streamed {
+            if self.body.len() + bytes.len() > self.limits.max_json_bytes {
+                return Err(crate::limits::too_large(
+                    "a non-streamed answer",
+                    self.limits.max_json_bytes as u64,
+                    "--max-json-bytes",
+                    "",
+                ));
+            }
             self.body.extend_from_slice(bytes);
             return Ok(());
         }
@@ -350,10 +384,22 @@ impl ChatStreamConsumer {
                 }
             }
         });
-        match self.error.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
+        if let Some(e) = self.error.take() {
+            return Err(e);
         }
+        if self.parser.overflowed() {
+            return Err(crate::limits::too_large(
+                "one event-stream line or event",
+                self.limits.max_event_bytes as u64,
+                "--max-event-bytes",
+                &format!(
+                    " after {} events and {} output chunks",
+                    self.state.events,
+                    self.state.chunk_offsets.len()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Ends the body at `end` and returns the outcome, or why the response is not a valid one.
@@ -417,6 +463,7 @@ impl ChatStreamConsumer {
             events: s.events,
             body_bytes: self.body_bytes,
             redials: 0,
+            resent: 0,
             worker: None,
             connect: None,
             tls: None,

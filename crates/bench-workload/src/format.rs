@@ -122,7 +122,8 @@ pub struct SessionRecord {
 }
 
 impl SessionRecord {
-    /// Checks what serde cannot: turn indices in order from 0, finite non-negative gaps.
+    /// Checks what serde cannot: turn indices in order from 0, finite non-negative gaps and
+    /// timestamps, token counts no larger than [`crate::load::MAX_PLAUSIBLE_TOKENS`].
     /// Returns the name of the offending field and what is wrong.
     pub fn check(&self) -> Result<(), String> {
         if self.session_id.is_empty() {
@@ -139,6 +140,18 @@ impl SessionRecord {
                 if !g.is_finite() || g < 0.0 {
                     return Err(format!(
                         "turns[{i}].pre_gap_ms: must be a non-negative number, found {g}"
+                    ));
+                }
+            }
+            for (field, v) in [
+                ("input_tokens", t.input_tokens),
+                ("output_tokens", t.output_tokens),
+                ("cached_tokens", t.cached_tokens),
+            ] {
+                if let Some(v) = v.filter(|&v| v > crate::load::MAX_PLAUSIBLE_TOKENS) {
+                    return Err(format!(
+                        "turns[{i}].{field}: {v} is not a plausible token count (above {})",
+                        crate::load::MAX_PLAUSIBLE_TOKENS
                     ));
                 }
             }

@@ -225,6 +225,10 @@ pub struct PlanConfig {
     pub raw_gaps: bool,
     /// Skip invalid trace records instead of failing.
     pub skip_invalid: bool,
+    /// The longest trace line read, in bytes ([`load::DEFAULT_MAX_LINE_BYTES`] by default):
+    /// a longer one is an invalid record, read no further than the cap.
+    #[serde(skip_serializing_if = "is_default_line_cap")]
+    pub max_trace_line_bytes: u64,
     /// How recorded tool calls and tool results are sent.
     #[serde(skip_serializing_if = "ToolMessages::is_coerce")]
     pub tool_messages: ToolMessages,
@@ -245,6 +249,10 @@ pub enum ToolMessages {
     /// `role: tool` with their `tool_call_id`, and the session's `tools` definitions go with
     /// every request, so the chat template and the prefix cache see what the agent sent.
     Faithful,
+}
+
+fn is_default_line_cap(n: &u64) -> bool {
+    *n == load::DEFAULT_MAX_LINE_BYTES
 }
 
 impl ToolMessages {
@@ -355,6 +363,7 @@ impl PlanConfig {
             gap_cap_ms: 30_000.0,
             raw_gaps: false,
             skip_invalid: false,
+            max_trace_line_bytes: load::DEFAULT_MAX_LINE_BYTES,
             tool_messages: ToolMessages::Coerce,
             progress: None,
         }
@@ -379,6 +388,12 @@ impl PlanConfig {
 
     /// Rejects invalid values and combinations, naming the flag.
     pub fn validate(&self) -> Result<(), PlanError> {
+        if self.max_trace_line_bytes == 0 {
+            return Err(PlanError::flag(
+                "--max-trace-line",
+                "must be at least 1 byte",
+            ));
+        }
         if self.concurrency == 0 {
             return Err(PlanError::flag("--concurrency", "must be at least 1"));
         }
@@ -1169,6 +1184,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                     &p,
                     LoadOptions {
                         skip_invalid: cfg.skip_invalid,
+                        max_line_bytes: cfg.max_trace_line_bytes,
                     },
                     &mut |rec| take(rec, &c, &mut summary, &mut interner),
                 )?;
@@ -1202,7 +1218,8 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
     summary.skipped_invalid = report.skipped;
     if candidates.is_empty() {
         return Err(PlanError::Empty(format!(
-            "no session is left to plan: {} read, {} with no turns, {} with fewer than {} turns",
+            "{}: no session is left to plan: {} read, {} with no turns, {} with fewer than {} turns",
+            summary.dataset,
             summary.sessions_read,
             summary.excluded_empty,
             summary.excluded_min_turns,

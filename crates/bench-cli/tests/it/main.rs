@@ -2,13 +2,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod abench;
+mod bad_inputs;
+mod bounds;
 mod compare;
 mod embed;
+mod faults;
 mod journeys;
 mod probe;
 mod report;
 mod resume;
 mod run;
+mod secrets;
 mod serve;
 mod status;
 mod sweep;
@@ -182,6 +186,39 @@ pub fn spawn_sim(args: &[&str]) -> (SimChild, String) {
     (SimChild(child), url)
 }
 
+/// Reads one request (head and content-length body) from `s`; its head, or `None` at EOF.
+pub fn read_request(s: &mut TcpStream) -> Option<String> {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 8192];
+    loop {
+        let n = s.read(&mut tmp).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&tmp[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let len = head
+                .to_ascii_lowercase()
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("content-length:")
+                        .map(|v| v.trim().to_owned())
+                })
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                let n = s.read(&mut tmp).ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&tmp[..n]);
+            }
+            return Some(head);
+        }
+    }
+}
+
 /// A one-thread scripted HTTP server: reads each request, then runs `respond` on the socket.
 pub fn scripted_server(respond: fn(&mut TcpStream)) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -190,27 +227,8 @@ pub fn scripted_server(respond: fn(&mut TcpStream)) -> String {
         for s in l.incoming() {
             let Ok(mut s) = s else { continue };
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            let mut buf = Vec::new();
-            let mut tmp = [0u8; 4096];
-            // Read the head and the (Content-Length) body.
-            while let Ok(n) = s.read(&mut tmp) {
-                if n == 0 {
-                    break;
-                }
-                buf.extend_from_slice(&tmp[..n]);
-                if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                    let len = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse::<usize>().ok())
-                        .unwrap_or(0);
-                    if buf.len() >= end + 4 + len {
-                        break;
-                    }
-                }
-            }
-            if buf.starts_with(b"GET /v1/models") {
+            let head = read_request(&mut s).unwrap_or_default();
+            if head.starts_with("GET /v1/models") {
                 let body = r#"{"object":"list","data":[{"id":"m","object":"model"}]}"#;
                 let _ = write!(
                     s,

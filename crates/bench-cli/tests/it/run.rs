@@ -237,11 +237,28 @@ fn failing_turns_are_recorded_and_the_exit_code_follows_max_error_rate() {
         .collect();
     assert_eq!(disabled, ["GET /metrics answered HTTP 500"]);
     assert!(v["server"].is_null());
-    let mut tolerant = args.clone();
-    tolerant.extend(["--max-error-rate".into(), "1".into()]);
+    // The same run, tolerant (into a directory of its own: a run never writes into another's).
+    let tolerant_dir = tempdir("run-fail-tolerant");
+    let tolerant = random_run_args(
+        2,
+        2,
+        &tolerant_dir,
+        &[
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "-c",
+            "2",
+            "--json",
+            "--max-error-rate",
+            "1",
+        ],
+    );
     let out = run(&tolerant);
     assert_eq!(out.status.code(), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&tolerant_dir);
 }
 
 #[test]
@@ -713,8 +730,23 @@ fn the_validity_verdict_is_recorded_and_require_valid_sets_the_exit_code() {
     assert_eq!(v["sessions"]["plays"], 2);
     assert_eq!(v["sessions"]["completed"], 2);
 
-    let mut strict = args.clone();
-    strict.push("--require-valid".into());
+    // The same run with --require-valid, into a directory of its own.
+    let strict_dir = tempdir("run-validity-strict");
+    let strict = random_run_args(
+        3,
+        2,
+        &strict_dir,
+        &[
+            "--base-url",
+            &url,
+            "-c",
+            "2",
+            "--json",
+            "--output-len",
+            "8",
+            "--require-valid",
+        ],
+    );
     let out = run(&strict);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -724,6 +756,7 @@ fn the_validity_verdict_is_recorded_and_require_valid_sets_the_exit_code() {
     );
     stop_sim(sim);
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&strict_dir);
 }
 
 /// A clean run against the simulator (a separate process, so the client's CPU is judged):

@@ -256,6 +256,15 @@ fn summary(out: &mut String, r: &RunResult, turns: &[TurnRecord]) {
     row("turns ok", s.turns_ok.to_string());
     row("turns failed", s.turns_failed.to_string());
     row("errors by kind", errors);
+    if !s.failed_attempts_by_kind.is_empty() {
+        let kinds = s
+            .failed_attempts_by_kind
+            .iter()
+            .map(|(k, n)| format!("{}: {n}", esc(k)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        row("failed attempts sent again", kinds);
+    }
     row(
         "sessions",
         format!(

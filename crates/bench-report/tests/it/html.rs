@@ -116,6 +116,7 @@ fn data(
         server,
         config,
         recomputed: None,
+        notes: Vec::new(),
     }
 }
 

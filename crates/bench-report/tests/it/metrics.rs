@@ -584,3 +584,28 @@ fn console_report_has_the_headlines() {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
 }
+
+#[test]
+fn absurd_token_counts_saturate_instead_of_overflowing() {
+    // A hand-edited or corrupt turns.jsonl may hold any u64: two counts near u64::MAX
+    // overflowed the token sums (a panic with overflow checks). Found reading the report code
+    // for the `report_load` fuzz target (`xtask/fuzz`), which panicked on such a run directory.
+    let huge = |s: &str| {
+        let mut t = turn(s, 0, 0.0);
+        t.output_tokens = Some(u64::MAX);
+        t.input_tokens = Some(u64::MAX);
+        t.cached_tokens = Some(u64::MAX);
+        t.reasoning_chunks = Some(1);
+        t.reasoning_tokens = Some(u64::MAX);
+        t
+    };
+    // Two turns of one session play too (its per-user rate sums them).
+    let mut second = huge("a");
+    second.turn_index = 1;
+    let r = compute(&[huge("a"), second, huge("b")], &[], &info10());
+    let m = &r.summary.steady;
+    assert!(m.output_throughput_tok_s.is_some_and(f64::is_finite));
+    assert!(m.input_throughput_tok_s.is_some_and(f64::is_finite));
+    let reasoning = m.reasoning.as_ref().expect("two turns with reasoning");
+    assert_eq!(reasoning.reasoning_tokens, Some(u64::MAX));
+}

@@ -132,7 +132,9 @@ async fn a_bad_spec_is_refused_before_anything_is_written() {
     let e = bench_run::start(s, options(&d)).await.unwrap_err();
     assert_eq!(
         e,
-        bench_run::RunError::Invalid("steady_frac must be within 0..1".into())
+        bench_run::RunError::Invalid(
+            "steady_frac (--steady-frac) must be within 0..1, not 2".into()
+        )
     );
     assert!(!d.exists());
 }

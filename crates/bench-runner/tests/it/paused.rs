@@ -203,6 +203,7 @@ impl Fake {
                     events: max_tokens + 2,
                     body_bytes: 0,
                     redials: 0,
+                    resent: 0,
                     worker: None,
                     connect: None,
                     tls: None,

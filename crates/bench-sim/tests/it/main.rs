@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 mod endpoints;
+mod faults;
 mod hold;
 
 /// One HTTP/1.1 keep-alive connection.

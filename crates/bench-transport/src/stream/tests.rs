@@ -801,3 +801,25 @@ fn new_keeps_reading_chat() {
     );
     assert_eq!(o.reasoning, "Let me think.");
 }
+
+#[test]
+fn an_empty_read_between_cr_and_lf_dispatches_nothing() {
+    // Found by the `stream_responses` fuzz target (`xtask/fuzz`, minimized: `data\r\n` a byte
+    // at a time with empty reads between): the empty read made the LF a blank line, which
+    // dispatched an empty event (malformed JSON) where the whole body holds none.
+    let whole = read(Endpoint::Responses, true, &[b"data\r\n"]).unwrap_err();
+    let cut = read(Endpoint::Responses, true, &[b"data\r", b"", b"\n"]).unwrap_err();
+    assert_eq!(whole.kind(), ErrorKind::MalformedSse, "{whole}");
+    assert_eq!(cut.kind(), whole.kind(), "{cut}");
+}
+
+#[test]
+fn absurd_messages_usage_counts_saturate() {
+    // The Messages prompt is a sum of three counts the server sends: counts near u64::MAX
+    // overflowed it (a panic with overflow checks, as in tests and the fuzz builds). Found
+    // reading the parser for the `stream_messages` fuzz target (`xtask/fuzz`), which panicked
+    // on this body.
+    let body = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":18446744073709551615,\"cache_read_input_tokens\":1}}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let o = whole(Endpoint::Messages, body).unwrap();
+    assert_eq!(o.usage.unwrap().prompt_tokens, Some(u64::MAX));
+}

@@ -3,6 +3,7 @@
 
 mod captures;
 mod client;
+mod secrets;
 mod sse_vectors;
 mod tls;
 

@@ -609,11 +609,24 @@ pub(crate) fn for_each_json_line(
     reader: Box<dyn BufRead>,
     f: &mut dyn FnMut(&mut Ctx<'_>, u64, Value) -> RecordResult,
 ) -> Result<(), ImportError> {
-    let mut lines = load::Lines::new(reader, true);
-    while let Some((line, bytes)) = lines
-        .next_line()
-        .map_err(|(n, e)| ImportError::new(path, Some(n), format!("read error: {e}")))?
-    {
+    let mut lines = load::Lines::new(reader, true, load::DEFAULT_MAX_LINE_BYTES);
+    loop {
+        let (line, bytes) = match lines.next_line() {
+            Ok(Some(l)) => l,
+            Ok(None) => break,
+            Err(load::LineError::TooLong { line, cap }) => {
+                let msg = format!("line longer than the {} cap", load::human_bytes(cap));
+                ctx.invalid(ImportError::new(path, Some(line), msg))?;
+                continue;
+            }
+            Err(load::LineError::Io { line, error }) => {
+                return Err(ImportError::new(
+                    path,
+                    Some(line),
+                    format!("read error: {error}"),
+                ));
+            }
+        };
         let value = match std::str::from_utf8(bytes) {
             Ok(text) => serde_json::from_str(text).map_err(|e| json_error(&e)),
             Err(e) => Err(format!(

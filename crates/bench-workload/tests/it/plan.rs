@@ -458,7 +458,8 @@ fn bad_input_names_file_line_and_field() {
         assert!(!e.contains('\n'), "one line: {e:?}");
     }
     // --skip-invalid counts and goes on.
-    std::fs::write(&f, format!("{good}\n{{oops\n{good}\n")).unwrap();
+    let other = session("b", &[("x", "y")]).to_string();
+    std::fs::write(&f, format!("{good}\n{{oops\n{other}\n")).unwrap();
     let mut cfg = path_cfg(&f);
     cfg.skip_invalid = true;
     let p = plan(cfg).unwrap();

@@ -1,0 +1,11 @@
+//! `import_lmcache`: the LMCache importer (`bench_workload::import`, `ImportFormat::Lmcache`) on
+//! arbitrary bytes written as a file named one of `trace.jsonl`. See `bench_fuzz::import_target`
+//! for the header byte and the invariants.
+#![no_main]
+
+use bench_workload::import::ImportFormat;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    bench_fuzz::import_target(ImportFormat::Lmcache, &["trace.jsonl"], data);
+});
