@@ -398,7 +398,11 @@ fn check_nightly() -> Result<()> {
         Ok(o) => bail!(
             "the nightly toolchain is missing (cargo fuzz needs it): install it with \
              `rustup toolchain install nightly` ({})",
-            String::from_utf8_lossy(&o.stderr).trim()
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
         ),
         Err(e) => bail!("cannot run cargo +nightly --version: {e}"),
     }

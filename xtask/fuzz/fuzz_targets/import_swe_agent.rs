@@ -1,6 +1,6 @@
-//! `import_swe_agent`: the SWE-agent importer (`bench_workload::import`, `ImportFormat::SweAgent`) on
-//! arbitrary bytes written as a file named one of `run.traj`, `run.traj.json`. See `bench_fuzz::import_target`
-//! for the header byte and the invariants.
+//! `import_swe_agent`: the SWE-agent importer (`bench_workload::import`, `ImportFormat::SweAgent`)
+//! on arbitrary bytes written as a file named one of `run.traj`, `run.traj.json`. See
+//! `bench_fuzz::import_target` for the header byte and the invariants.
 #![no_main]
 
 use bench_workload::import::ImportFormat;

@@ -22,14 +22,14 @@ fuzz_target!(|data: &[u8]| {
         ScrapePhase::Measuring,
         ScrapePhase::Final,
     ]
-        .into_iter()
-        .enumerate()
-        .map(|(i, phase)| Scrape {
-            t_s: i as f64,
-            utc: String::new(),
-            phase,
-            snapshot: snapshot.clone(),
-        })
-        .collect();
+    .into_iter()
+    .enumerate()
+    .map(|(i, phase)| Scrape {
+        t_s: i as f64,
+        utc: String::new(),
+        phase,
+        snapshot: snapshot.clone(),
+    })
+    .collect();
     let _ = summarize(&scrapes);
 });

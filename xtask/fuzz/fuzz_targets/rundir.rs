@@ -64,7 +64,10 @@ fuzz_target!(|data: &[u8]| {
         let path = dir.join(name);
         if let Ok(Some(_)) = jsonl::repair_tail(&path) {
             let again = jsonl::read::<serde::de::IgnoredAny>(&path).expect("readable");
-            assert_eq!(again.torn, None, "{name} still has a torn line after repair_tail");
+            assert_eq!(
+                again.torn, None,
+                "{name} still has a torn line after repair_tail"
+            );
         }
     }
 });

@@ -59,5 +59,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let whole = parse(cap, &[cut.payload]);
     let split = parse(cap, &cut.chunks());
-    assert_eq!(whole, split, "the events depend on where the stream was cut");
+    assert_eq!(
+        whole, split,
+        "the events depend on where the stream was cut"
+    );
 });

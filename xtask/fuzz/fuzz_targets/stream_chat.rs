@@ -1,8 +1,7 @@
 //! `stream_chat`: `ChatStreamConsumer::with_endpoint(_, streamed, Endpoint::Chat)` fed arbitrary
-//! bytes in arbitrary chunks, then finished. Byte 0: bit 0 says non-streamed (a whole JSON
-//! body), bit 1 small size caps (`bench_fuzz::SMALL_LIMITS`); then a `bench_fuzz::Cut`. Never
-//! panics (errors are fine), and reads the same however the body is cut (see
-//! `bench_fuzz::stream_target`).
+//! bytes in arbitrary chunks, then finished. Byte 0: bit 0 says non-streamed (a whole JSON body),
+//! bit 1 small size caps (`bench_fuzz::SMALL_LIMITS`); then a `bench_fuzz::Cut`. Never panics
+//! (errors are fine), and reads the same however the body is cut (see `bench_fuzz::stream_target`).
 #![no_main]
 
 use bench_transport::Endpoint;

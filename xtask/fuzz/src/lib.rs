@@ -61,11 +61,7 @@ impl<'a> Cut<'a> {
         match self.bytewise {
             Some(false) => return self.payload.chunks(1).collect(),
             Some(true) => {
-                return self
-                    .payload
-                    .chunks(1)
-                    .flat_map(|b| [&b[..0], b])
-                    .collect();
+                return self.payload.chunks(1).flat_map(|b| [&b[..0], b]).collect();
             }
             None => {}
         }
