@@ -834,21 +834,34 @@ fn human(n: f64) -> String {
 
 // ---------------------------------------------------------------------------------------------
 
-/// Interns message texts so each distinct text is stored and counted once.
+/// Interns message texts so each distinct text is stored and counted once: a text shared by
+/// many sessions (a system prompt, a repeated tool output) is one entry, whatever session it
+/// came from.
 #[derive(Default)]
 struct Interner {
     ids: HashMap<Arc<str>, u32>,
     texts: Vec<Arc<str>>,
+    /// Token counts known without counting (synthetic text), by id.
+    known: Vec<Option<u32>>,
 }
 
 impl Interner {
     fn id(&mut self, s: &str) -> u32 {
+        self.id_known(s, None)
+    }
+
+    /// [`Interner::id`], with the text's token count when it is known by construction.
+    fn id_known(&mut self, s: &str, known: Option<u32>) -> u32 {
         if let Some(&id) = self.ids.get(s) {
+            if known.is_some() {
+                self.known[id as usize] = known;
+            }
             return id;
         }
         let a: Arc<str> = Arc::from(s);
         let id = self.texts.len() as u32;
         self.texts.push(a.clone());
+        self.known.push(known);
         self.ids.insert(a, id);
         id
     }
@@ -1079,10 +1092,13 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
     let is_synthetic = matches!(cfg.dataset, DatasetSpec::Random(_));
     {
         let min_turns = |c: &PlanConfig| c.min_turns.unwrap_or(1);
+        // `exact`: the session is synthetic filler whose user messages and answers have these
+        // token counts by construction (`TokenCounter::filler_is_exact`).
         let mut take = |rec: SessionRecord,
                         cfg: &PlanConfig,
                         summary: &mut PlanSummary,
-                        interner: &mut Interner|
+                        interner: &mut Interner,
+                        exact: Option<(u32, u32)>|
          -> Result<(), PlanError> {
             summary.sessions_read += 1;
             if summary.sessions_read % 1000 == 0 {
@@ -1126,10 +1142,11 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                                 ))),
                                 _ => None,
                             };
-                            (role, interner.id(&m.content), extra)
+                            let id = interner.id_known(&m.content, exact.map(|e| e.0));
+                            (role, id, extra)
                         })
                         .collect();
-                    let answer = interner.id(&t.assistant_text);
+                    let answer = interner.id_known(&t.assistant_text, exact.map(|e| e.1));
                     let answer_extra = match (&t.tool_calls, cfg.tool_messages) {
                         (Some(calls @ serde_json::Value::Array(a)), ToolMessages::Faithful)
                             if !a.is_empty() =>
@@ -1186,7 +1203,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                         skip_invalid: cfg.skip_invalid,
                         max_line_bytes: cfg.max_trace_line_bytes,
                     },
-                    &mut |rec| take(rec, &c, &mut summary, &mut interner),
+                    &mut |rec| take(rec, &c, &mut summary, &mut interner, None),
                 )?;
             }
             DatasetSpec::Sample => {
@@ -1197,7 +1214,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                     SAMPLE,
                     LoadOptions::default(),
                     &mut report,
-                    &mut |rec| take(rec, &c, &mut summary, &mut interner),
+                    &mut |rec| take(rec, &c, &mut summary, &mut interner, None),
                 )?;
             }
             DatasetSpec::Random(spec) => {
@@ -1209,8 +1226,18 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                     .num_sessions
                     .unwrap_or(cfg.concurrency.saturating_mul(2));
                 let c = cfg.clone();
+                let exact = counter
+                    .filler_is_exact()
+                    .then_some((spec.input_increment, spec.output_len));
+                if exact.is_none() && counter.is_tokenizer() {
+                    summary.notes.push(format!(
+                        "the synthetic words are not single tokens of {}: synthetic text was \
+                         counted with it",
+                        counter.name()
+                    ));
+                }
                 for rec in synthetic_sessions(&spec, n, cfg.seed, cfg.gap_cap_ms) {
-                    take(rec, &c, &mut summary, &mut interner)?;
+                    take(rec, &c, &mut summary, &mut interner, exact)?;
                 }
             }
         }
@@ -1227,15 +1254,25 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
         )));
     }
 
-    // 2. Count every distinct text once, in parallel.
+    // 2. Count every distinct text once, in parallel (texts whose count is known by
+    //    construction are not counted).
     let counts = {
-        let texts: Vec<&str> = interner.texts.iter().map(|a| &**a).collect();
+        let mut counts: Vec<u32> = interner.known.iter().map(|k| k.unwrap_or(0)).collect();
+        let unknown: Vec<u32> = (0..interner.texts.len() as u32)
+            .filter(|&i| interner.known[i as usize].is_none())
+            .collect();
+        let texts: Vec<&str> = unknown
+            .iter()
+            .map(|&i| &*interner.texts[i as usize])
+            .collect();
         let total_bytes: u64 = texts.iter().map(|t| t.len() as u64).sum();
-        let mut counts = Vec::with_capacity(texts.len());
         let mut done_bytes = 0u64;
+        let mut next = unknown.iter();
         // In slices, so progress can be told; each slice is counted in parallel.
         for slice in texts.chunks(texts.len().div_ceil(50).max(1024)) {
-            counts.extend(counter.count_all(slice));
+            for (n, &id) in counter.count_all(slice).into_iter().zip(next.by_ref()) {
+                counts[id as usize] = n;
+            }
             done_bytes += slice.iter().map(|t| t.len() as u64).sum::<u64>();
             if let Some(p) = &cfg.progress {
                 (p.0)(PlanProgress::Counting {
@@ -1251,7 +1288,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
         (p.0)(PlanProgress::Shaping);
     }
     // The lookup map holds a second handle on every text; the texts alone remain.
-    let Interner { ids, mut texts } = interner;
+    let Interner { ids, mut texts, .. } = interner;
     drop(ids);
 
     // 3. The shared system prompt.
@@ -1458,7 +1495,11 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                             (None, Some(own)) => own,
                             (None, None) => String::new(),
                         };
-                        let tokens = counter.count(&text);
+                        // The shared prompt alone was counted when it was built.
+                        let tokens = match (&sp, key) {
+                            (Some(sp), None) => sp.actual_tokens,
+                            _ => counter.count(&text),
+                        };
                         Arc::new(PlannedMessage {
                             role: Role::System,
                             content_json: json_literal(&text),

@@ -3,6 +3,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
@@ -40,10 +41,25 @@ impl std::str::FromStr for TokenizerSpec {
     }
 }
 
-/// A loaded token counter.
+/// A token counter.
+///
+/// The embedded Qwen3 tokenizer is loaded on first use (its 11 MB of JSON take a few hundred
+/// milliseconds of CPU to parse), so a plan whose every count is known by construction
+/// (`--dataset random` without a shared system prompt) never loads it; a tokenizer from a file
+/// is loaded by [`TokenCounter::load`], so a bad file is refused up front.
 pub struct TokenCounter {
-    inner: Option<tokenizers::Tokenizer>,
+    inner: Inner,
     name: String,
+    /// Whether [`crate::text::filler`] text is one token per word here, checked once.
+    filler_exact: OnceLock<bool>,
+}
+
+enum Inner {
+    Chars,
+    /// A tokenizer already loaded (from a file).
+    Loaded(tokenizers::Tokenizer),
+    /// The embedded tokenizer, loaded on first use.
+    Embedded(OnceLock<Result<tokenizers::Tokenizer, String>>),
 }
 
 impl std::fmt::Debug for TokenCounter {
@@ -60,24 +76,21 @@ fn gunzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
+fn load_embedded() -> Result<tokenizers::Tokenizer, String> {
+    let json = gunzip(QWEN3_GZ).map_err(|e| e.to_string())?;
+    tokenizers::Tokenizer::from_bytes(&json).map_err(|e| e.to_string())
+}
+
+/// Words in the seeded sample [`TokenCounter::filler_is_exact`] counts.
+const FILLER_SAMPLE_WORDS: u32 = 4096;
+
 impl TokenCounter {
-    /// Loads the counter `spec` names.
+    /// The counter `spec` names: a tokenizer file is read and parsed now, the embedded
+    /// tokenizer on first use.
     pub fn load(spec: &TokenizerSpec) -> Result<TokenCounter, PlanError> {
-        match spec {
-            TokenizerSpec::Chars => Ok(TokenCounter {
-                inner: None,
-                name: "chars/4".into(),
-            }),
-            TokenizerSpec::Qwen3 => {
-                let json =
-                    gunzip(QWEN3_GZ).map_err(|e| PlanError::tokenizer("embedded qwen3", e))?;
-                let tok = tokenizers::Tokenizer::from_bytes(&json)
-                    .map_err(|e| PlanError::tokenizer("embedded qwen3", e))?;
-                Ok(TokenCounter {
-                    inner: Some(tok),
-                    name: "hf:qwen3".into(),
-                })
-            }
+        let (inner, name) = match spec {
+            TokenizerSpec::Chars => (Inner::Chars, "chars/4".to_owned()),
+            TokenizerSpec::Qwen3 => (Inner::Embedded(OnceLock::new()), "hf:qwen3".to_owned()),
             TokenizerSpec::Path(p) => {
                 let file = resolve_tokenizer_file(p)?;
                 let bytes = std::fs::read(&file)
@@ -94,11 +107,46 @@ impl TokenCounter {
                         format!("not a tokenizer.json: {e}"),
                     )
                 })?;
-                Ok(TokenCounter {
-                    inner: Some(tok),
-                    name: format!("hf:{}", p.display()),
-                })
+                (Inner::Loaded(tok), format!("hf:{}", p.display()))
             }
+        };
+        Ok(TokenCounter {
+            inner,
+            name,
+            filler_exact: OnceLock::new(),
+        })
+    }
+
+    /// The tokenizer, loading the embedded one now if it is not yet (`None`: the character
+    /// estimate, or an embedded tokenizer that failed to load, which [`TokenCounter::ready`]
+    /// reports).
+    fn tokenizer(&self) -> Option<&tokenizers::Tokenizer> {
+        match &self.inner {
+            Inner::Chars => None,
+            Inner::Loaded(t) => Some(t),
+            Inner::Embedded(cell) => cell.get_or_init(load_embedded).as_ref().ok(),
+        }
+    }
+
+    /// Loads the tokenizer now if it is not yet; an error names why it cannot be used.
+    pub fn ready(&self) -> Result<(), PlanError> {
+        match &self.inner {
+            Inner::Embedded(cell) => cell
+                .get_or_init(load_embedded)
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| PlanError::tokenizer("embedded qwen3", e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the tokenizer has been loaded (always, for one read from a file; the embedded
+    /// one once something was counted).
+    pub fn is_loaded(&self) -> bool {
+        match &self.inner {
+            Inner::Chars => false,
+            Inner::Loaded(_) => true,
+            Inner::Embedded(cell) => cell.get().is_some_and(Result::is_ok),
         }
     }
 
@@ -109,12 +157,12 @@ impl TokenCounter {
 
     /// True when this is a real tokenizer (not the character estimate).
     pub fn is_tokenizer(&self) -> bool {
-        self.inner.is_some()
+        !matches!(self.inner, Inner::Chars)
     }
 
     /// Tokens in `text` (no special tokens added).
     pub fn count(&self, text: &str) -> u32 {
-        match &self.inner {
+        match self.tokenizer() {
             Some(t) => t
                 .encode_fast(text, false)
                 .map(|e| e.len() as u32)
@@ -123,14 +171,17 @@ impl TokenCounter {
         }
     }
 
-    /// Counts many texts in parallel.
+    /// Counts many texts, in parallel on rayon's pool (one thread per CPU this process may
+    /// run on).
     pub fn count_all(&self, texts: &[&str]) -> Vec<u32> {
+        // Load once before the threads start, not racing in each of them.
+        let _ = self.tokenizer();
         texts.par_iter().map(|t| self.count(t)).collect()
     }
 
     /// The token ids of `text` (tokenizer only).
     pub fn encode(&self, text: &str) -> Option<Vec<u32>> {
-        let t = self.inner.as_ref()?;
+        let t = self.tokenizer()?;
         t.encode_fast(text, false)
             .ok()
             .map(|e| e.get_ids().to_vec())
@@ -138,7 +189,37 @@ impl TokenCounter {
 
     /// Text of `ids` (tokenizer only).
     pub fn decode(&self, ids: &[u32]) -> Option<String> {
-        self.inner.as_ref()?.decode(ids, false).ok()
+        self.tokenizer()?.decode(ids, false).ok()
+    }
+
+    /// Whether [`crate::text::filler`] text is exactly one token per word under this counter,
+    /// so synthetic text needs no counting pass: every word of [`crate::text::WORDS`] must be
+    /// one token alone, and a seeded 4,096-word sample of filler must count 4,096 (no merges
+    /// across words). Checked once per counter and remembered.
+    ///
+    /// The embedded Qwen3 tokenizer is not loaded for this: the embedded file is fixed, and the
+    /// same check against it runs in the test suite (`tests/it/plan.rs`,
+    /// `synthetic_counts_are_known_by_construction_and_exact`), which fails if either the file
+    /// or the words change. When the embedded tokenizer is loaded anyway, it is
+    /// checked at run time too. The character estimate is never exact (a word is not four
+    /// characters), but it is cheap to count.
+    pub fn filler_is_exact(&self) -> bool {
+        *self.filler_exact.get_or_init(|| match &self.inner {
+            Inner::Chars => false,
+            Inner::Embedded(cell) if cell.get().is_none() => true,
+            _ => self.check_filler(),
+        })
+    }
+
+    /// The check behind [`TokenCounter::filler_is_exact`], run against the tokenizer (loading
+    /// the embedded one).
+    pub fn check_filler(&self) -> bool {
+        if self.tokenizer().is_none() {
+            return false;
+        }
+        crate::text::WORDS.iter().all(|w| self.count(w) == 1)
+            && self.count(&crate::text::filler(0x5eed_f111, FILLER_SAMPLE_WORDS))
+                == FILLER_SAMPLE_WORDS
     }
 }
 

@@ -824,3 +824,92 @@ fn tool_messages_are_coerced_or_sent_as_recorded() {
     assert_eq!(faithful.summary.input_tokens, coerced.summary.input_tokens);
     std::fs::remove_dir_all(d).unwrap();
 }
+
+/// Synthetic text is not tokenized: its counts are known by construction, the embedded
+/// tokenizer is not even loaded, and the counts are exact under the real tokenizer.
+#[test]
+fn synthetic_counts_are_known_by_construction_and_exact() {
+    let counter = TokenCounter::load(&TokenizerSpec::Qwen3).unwrap();
+    let mut cfg = PlanConfig::new(DatasetSpec::Random(SyntheticSpec {
+        turns: 3,
+        input_increment: 256,
+        output_len: 64,
+        gap: GapPolicy::Zero,
+    }));
+    cfg.num_sessions = Some(2000);
+    let p = build_plan_with(cfg, &counter).unwrap();
+    assert!(
+        !counter.is_loaded(),
+        "planning synthetic sessions loaded the tokenizer"
+    );
+    assert_eq!(p.summary.new_input_tokens, 2000 * 3 * 256);
+    // A sample of the generated messages, tokenized independently.
+    let mut checked = 0;
+    for s in p.sessions.iter().step_by(97) {
+        for t in &s.turns {
+            for m in t.input_delta.iter().chain(std::iter::once(&t.assistant)) {
+                assert_eq!(
+                    ref_count(&m.content()),
+                    u64::from(m.tokens),
+                    "{}: planned count of {:?}",
+                    s.id,
+                    m.content()
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 120, "{checked} messages checked");
+    // The trust above rests on this check against the embedded file itself.
+    assert!(counter.check_filler());
+    assert!(counter.is_loaded());
+}
+
+/// A tokenizer whose tokens are single characters: the synthetic words are not single tokens,
+/// so synthetic text is counted with it (and the plan says so) and the counts stay exact.
+#[test]
+fn synthetic_text_is_counted_when_the_words_are_not_single_tokens() {
+    let dir = tempdir("char-tokenizer");
+    let file = dir.join("tokenizer.json");
+    let vocab: serde_json::Map<String, serde_json::Value> = std::iter::once("[UNK]".to_owned())
+        .chain((b' '..=b'~').map(|c| (c as char).to_string()))
+        .enumerate()
+        .map(|(i, t)| (t, json!(i)))
+        .collect();
+    let tok = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "post_processor": null, "decoder": null,
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "."}, "behavior": "Isolated", "invert": false},
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"},
+    });
+    std::fs::write(&file, tok.to_string()).unwrap();
+    let counter = TokenCounter::load(&TokenizerSpec::Path(file)).unwrap();
+    assert!(!counter.filler_is_exact());
+    let mut cfg = PlanConfig::new(DatasetSpec::Random(SyntheticSpec {
+        turns: 2,
+        input_increment: 50,
+        output_len: 10,
+        gap: GapPolicy::Zero,
+    }));
+    cfg.num_sessions = Some(5);
+    let p = build_plan_with(cfg, &counter).unwrap();
+    assert!(
+        p.summary
+            .notes
+            .iter()
+            .any(|n| n.contains("not single tokens")),
+        "{:?}",
+        p.summary.notes
+    );
+    for s in &p.sessions {
+        for t in &s.turns {
+            let m = &t.input_delta[0];
+            assert_eq!(
+                m.tokens as usize,
+                m.content().len(),
+                "one token per character"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
