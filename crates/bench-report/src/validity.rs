@@ -85,6 +85,14 @@ pub struct ClientCpu {
     /// bytes. Written when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_bytes: Option<u64>,
+    /// The process's own CPU time (user + system, getrusage) when the measured phase began: its
+    /// start-up, planning, warm-up and readiness checks; `cpu_s` is what came after. Written
+    /// when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_cpu_start_s: Option<f64>,
+    /// The process's CPU time when the measured phase ended (`process_cpu_start_s + cpu_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_cpu_end_s: Option<f64>,
 }
 
 impl ClientCpu {
@@ -96,6 +104,8 @@ impl ClientCpu {
             cores: (wall_s > 0.0 && cpu_s.is_finite()).then(|| cpu_s / wall_s),
             includes_server,
             peak_rss_bytes: None,
+            process_cpu_start_s: None,
+            process_cpu_end_s: None,
         }
     }
 }

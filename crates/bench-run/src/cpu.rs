@@ -64,10 +64,15 @@ impl CpuMeter {
             .start
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let cpu = process_cpu_s()? - cpu0?;
-        let mut c =
-            bench_report::ClientCpu::new(cpu.max(0.0), t0.elapsed().as_secs_f64(), includes_server);
+        let (cpu0, cpu1) = (cpu0?, process_cpu_s()?);
+        let mut c = bench_report::ClientCpu::new(
+            (cpu1 - cpu0).max(0.0),
+            t0.elapsed().as_secs_f64(),
+            includes_server,
+        );
         c.peak_rss_bytes = peak_rss_bytes();
+        c.process_cpu_start_s = Some(cpu0);
+        c.process_cpu_end_s = Some(cpu1);
         Some(c)
     }
 }

@@ -457,17 +457,6 @@ async fn launch(
     }
     check_exports(&spec.exports)?;
     let grading = hooks::Grading::new(&spec.graders, &options)?;
-    // One descriptor per session in flight (two with the embedded simulator, which holds the
-    // other end), plus the run directory's files and some slack.
-    let fds_per_session = if spec.is_embedded() { 2 } else { 1 };
-    let in_flight = spec.load.in_flight();
-    lifecycle::ensure_open_files(
-        in_flight.map(|c| u64::from(c) * fds_per_session + 256),
-        &format!(
-            "a run with {} sessions in flight",
-            in_flight.map_or_else(|| "unbounded".into(), |c| c.to_string())
-        ),
-    )?;
     if resume.is_none() {
         if let Target::Url {
             header_names,
@@ -492,6 +481,40 @@ async fn launch(
         // The same plan, less the sessions already finished.
         r.check_plan(plan.summary.sessions, plan.summary.turns)?;
         plan.sessions.retain(|s| !r.kept_ids.contains(&*s.id));
+    }
+    {
+        // A session in a request holds a connection: a descriptor (two with the embedded
+        // simulator, which holds the other end) and a local port. A run whose sessions are all
+        // in a request together must fit both; one with tool waits between requests holds far
+        // fewer than it has sessions, and is warned instead.
+        let all_at_once = match spec.load {
+            Load::Closed { ramp_up, .. } => {
+                ramp_up.is_none_or(|r| r.is_zero()) || plan.summary.total_tool_wait_s <= 0.0
+            }
+            Load::Open { .. } => false,
+        };
+        let fds_per_session = if spec.is_embedded() { 2 } else { 1 };
+        let in_flight = spec.load.in_flight();
+        let what = format!(
+            "a run with {} sessions in flight",
+            in_flight.map_or_else(|| "unbounded".into(), |c| c.to_string())
+        );
+        let need = in_flight.map(|c| u64::from(c) * fds_per_session + 256);
+        if all_at_once {
+            lifecycle::ensure_open_files(need, &what)?;
+        } else if let Err(RunError::Invalid(e)) = lifecycle::ensure_open_files(need, &what) {
+            options.notice(Notice::Warning(format!(
+                "{e}; with tool waits only the sessions in a request hold a connection, but a \
+                 burst of more requests at once than the limit allows will fail to connect"
+            )));
+        }
+        let target = match &spec.target {
+            Target::Url { base_url, .. } => host_port(base_url).to_owned(),
+            Target::Embedded(_) => "the embedded simulator".to_owned(),
+        };
+        if let Some(w) = lifecycle::check_ephemeral_ports(in_flight, all_at_once, &target)? {
+            options.notice(Notice::Warning(w));
+        }
     }
     let (embedded, base_url, ready_timeout) = match &spec.target {
         Target::Url {
@@ -532,6 +555,13 @@ async fn launch(
         }
     };
     Ok(prepared.spawn(spec, options, resume, embedded, grading))
+}
+
+/// `host:port` of a base URL (no scheme, credentials or path).
+fn host_port(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    authority.rsplit_once('@').map_or(authority, |(_, h)| h)
 }
 
 /// Trace arrivals: every session needs a recorded start; the trace's mean session rate, as

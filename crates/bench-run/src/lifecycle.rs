@@ -46,6 +46,61 @@ pub fn ensure_open_files(need: Option<u64>, what: &str) -> Result<u64, RunError>
     }
 }
 
+/// This host's ephemeral (local) ports: `net.ipv4.ip_local_port_range`, low and high
+/// (`None` off Linux or when unreadable).
+pub fn ephemeral_port_range() -> Option<(u32, u32)> {
+    let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = s.split_whitespace().map(str::parse::<u32>);
+    let (lo, hi) = (it.next()?.ok()?, it.next()?.ok()?);
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// Every connection to one server (one address and port) needs its own local port, so at most
+/// as many connections as the ephemeral port range holds can be open to it at once. A run
+/// whose `in_flight` sessions would all be in a request together (`all_at_once`: a closed loop
+/// without tool waits, or one that starts every session at once) and do not fit is refused
+/// before it starts; one whose sessions spend time in tool waits between requests gets a
+/// warning (returned), since only the sessions in a request at that moment hold a connection.
+pub fn check_ephemeral_ports(
+    in_flight: Option<u32>,
+    all_at_once: bool,
+    target: &str,
+) -> Result<Option<String>, RunError> {
+    let (Some(c), Some((lo, hi))) = (in_flight, ephemeral_port_range()) else {
+        return Ok(None);
+    };
+    ports_verdict(u64::from(c), lo, hi, all_at_once, target)
+}
+
+fn ports_verdict(
+    c: u64,
+    lo: u32,
+    hi: u32,
+    all_at_once: bool,
+    target: &str,
+) -> Result<Option<String>, RunError> {
+    let ports = u64::from(hi - lo) + 1;
+    if c <= ports {
+        return Ok(None);
+    }
+    let why = format!(
+        "{c} sessions in flight may need up to {c} connections to {target}, but this host has \
+         {ports} ephemeral ports per destination (net.ipv4.ip_local_port_range {lo} {hi})"
+    );
+    if all_at_once {
+        Err(RunError::Invalid(format!(
+            "{why}: widen the range (`sysctl -w net.ipv4.ip_local_port_range=\"1024 65535\"` as \
+             root), lower the concurrency, start sessions over a --ramp-up, or split the run \
+             across client hosts"
+        )))
+    } else {
+        Ok(Some(format!(
+            "{why}; with tool waits only the sessions in a request hold one, but a burst of more \
+             than {ports} requests at once will fail to connect"
+        )))
+    }
+}
+
 /// Counts what the heartbeat reports (an [`Observer`]: atomics only).
 #[derive(Debug, Default)]
 pub struct Beat {
@@ -154,5 +209,24 @@ mod tests {
         assert_eq!(seen[0].in_flight, 1);
         assert_eq!(seen[0].active_sessions, 1);
         assert_eq!(seen[0].turns_done, 0);
+    }
+
+    #[test]
+    fn ports_fit_or_are_refused_or_warned() {
+        assert!(matches!(
+            ports_verdict(28_000, 32768, 60999, true, "x"),
+            Ok(None)
+        ));
+        let Err(RunError::Invalid(e)) = ports_verdict(50_000, 32768, 60999, true, "127.0.0.1:8000")
+        else {
+            panic!("50,000 sessions at once on 28,232 ports must be refused");
+        };
+        assert!(e.contains("28232 ephemeral ports"), "{e}");
+        assert!(e.contains("127.0.0.1:8000"), "{e}");
+        assert!(!e.contains('\n'));
+        let Ok(Some(w)) = ports_verdict(50_000, 32768, 60999, false, "x") else {
+            panic!("with tool waits: a warning");
+        };
+        assert!(w.contains("burst of more than 28232"), "{w}");
     }
 }

@@ -1018,56 +1018,54 @@ fn json_literal(content: &str) -> Arc<str> {
 }
 
 /// Synthetic sessions of `--dataset random`.
+///
+/// Made one session at a time as planning takes them, so their text is held once.
 fn synthetic_sessions(
     spec: &SyntheticSpec,
     n: u32,
     seed: u64,
     gap_cap_ms: f64,
-) -> Vec<SessionRecord> {
+) -> impl Iterator<Item = SessionRecord> + '_ {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5e55_1011);
-    (0..n)
-        .map(|s| {
-            let turns = (0..spec.turns)
-                .map(|t| {
-                    let base = (u64::from(s) << 32) | u64::from(t);
-                    let user = crate::text::filler(
-                        seed ^ base.wrapping_mul(0x9e37_79b9),
-                        spec.input_increment,
-                    );
-                    let answer = crate::text::filler(
-                        seed ^ base.wrapping_mul(0x85eb_ca6b) ^ 1,
-                        spec.output_len,
-                    );
-                    let mut rec = TurnRecord::new(
-                        t,
-                        vec![crate::format::Message {
-                            role: "user".into(),
-                            content: user,
-                            tool_call_id: None,
-                        }],
-                        answer,
-                    );
-                    rec.output_tokens = Some(u64::from(spec.output_len));
-                    rec.pre_gap_ms = Some(if t == 0 {
-                        0.0
-                    } else {
-                        spec.gap.sample(&mut rng).min(gap_cap_ms)
-                    });
-                    rec
-                })
-                .collect();
-            SessionRecord {
-                session_id: format!("random-{s}"),
-                source: Some(crate::format::Source {
-                    dataset: Some("random".into()),
-                    ..Default::default()
-                }),
-                system_prompt: None,
-                turns,
-                tools: None,
-            }
-        })
-        .collect()
+    (0..n).map(move |s| {
+        let turns = (0..spec.turns)
+            .map(|t| {
+                let base = (u64::from(s) << 32) | u64::from(t);
+                let user = crate::text::filler(
+                    seed ^ base.wrapping_mul(0x9e37_79b9),
+                    spec.input_increment,
+                );
+                let answer =
+                    crate::text::filler(seed ^ base.wrapping_mul(0x85eb_ca6b) ^ 1, spec.output_len);
+                let mut rec = TurnRecord::new(
+                    t,
+                    vec![crate::format::Message {
+                        role: "user".into(),
+                        content: user,
+                        tool_call_id: None,
+                    }],
+                    answer,
+                );
+                rec.output_tokens = Some(u64::from(spec.output_len));
+                rec.pre_gap_ms = Some(if t == 0 {
+                    0.0
+                } else {
+                    spec.gap.sample(&mut rng).min(gap_cap_ms)
+                });
+                rec
+            })
+            .collect();
+        SessionRecord {
+            session_id: format!("random-{s}"),
+            source: Some(crate::format::Source {
+                dataset: Some("random".into()),
+                ..Default::default()
+            }),
+            system_prompt: None,
+            turns,
+            tools: None,
+        }
+    })
 }
 
 /// Loads, selects and shapes sessions into a [`Plan`].
