@@ -1242,57 +1242,82 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
 /// (mean 5 s) and an 8K-token shared system prompt, started over 20 s, for `seconds`; `bench
 /// run` at the defaults. Targets: no errors, client peak RSS ≤ 2 GiB.
 fn scale_scenario(bench: &Path, rep: &mut Report, seconds: u32, sessions: u64) -> Result<()> {
-    let n = thousands(sessions);
-    let sim = Sim::start(bench, &["--ttft-ms", "50", "--itl-ms", "10"], Some("0"))?;
-    eprintln!("xtask perf scale: {n} sessions for {seconds} s");
-    let dur = format!("{seconds}s");
-    let work = Synthetic {
-        turns: 25,
-        input: 64,
-        output: 8,
-        sessions,
-    };
-    let work = work.args(&[
-        "--gap-policy",
-        "exponential:5000",
-        "--system-prompt-tokens",
-        "8192",
-        "--ramp-up",
-        "20s",
-        "--duration",
-        &dur,
-    ]);
-    let c = u32::try_from(sessions).context("--scale-sessions is too large")?;
-    let (run, r) = bench_run(bench, &sim, Some("1"), c, Config::Defaults, &work)?;
-    let errors = run.turns_failed;
-    rep.target(
-        &format!("scale: {n} sessions, {seconds} s, errors"),
-        "0",
-        format!("{errors} failed of {} turns", run.turns_ok + errors),
-        Some(errors == 0),
-    );
-    rep.target(
-        &format!("scale: client peak RSS, {n} sessions (8K-token system prompt)"),
-        "≤ 2 GiB",
-        format!(
-            "{:.0} MB (/usr/bin/time; result.json: {})",
-            run.max_rss_mb,
-            r["client"]["peak_rss_bytes"]
-                .as_f64()
-                .map_or("-".into(), |b| format!("{:.0} MB", b / 1048576.0))
-        ),
-        Some(run.max_rss_mb <= 2048.0),
-    );
-    rep.scenario(json!({
-        "scenario": "scale",
-        "what": format!("{n} sessions in flight (-c {sessions}, --ramp-up 20s), exponential tool waits (mean 5 s), 8,192-token system prompt, 25 turns of 64 input and 8 output tokens, --duration {seconds}s, bench run at the defaults; bench sim --ttft-ms 50 --itl-ms 10 on CPU 0, client on CPU 1"),
-        "run": run.to_json(),
-        "ttft_ms": r["overall"]["ttft_ms"],
-        "dispatch_lag_ms": r["overall"]["dispatch_lag_ms"],
-        "sessions": r["summary"]["sessions_completed"],
-        "client": r["client"],
-        "summary": r["summary"],
-    }));
+    // The asked-for size, then 40% of it: what this machine sustains when the first saturates.
+    for (k, sessions) in [sessions, sessions * 2 / 5].into_iter().enumerate() {
+        let n = thousands(sessions);
+        // Each answer is written whole 50 ms after the request (`--itl-ms 0`): the scenario is
+        // about holding the sessions, their timers and connections, not token pacing.
+        let sim = Sim::start(bench, &["--ttft-ms", "50", "--itl-ms", "0"], Some("0"))?;
+        eprintln!("xtask perf scale: {n} sessions for {seconds} s");
+        let dur = format!("{seconds}s");
+        let work = Synthetic {
+            turns: 15,
+            input: 64,
+            output: 8,
+            sessions,
+        };
+        let work = work.args(&[
+            "--gap-policy",
+            "exponential:5000",
+            "--system-prompt-tokens",
+            "8192",
+            "--ramp-up",
+            "20s",
+            "--duration",
+            &dur,
+            // Errors are measured here, not a reason to lose the run's figures.
+            "--max-error-rate",
+            "1",
+        ]);
+        let c = u32::try_from(sessions).context("--scale-sessions is too large")?;
+        let (run, r) = bench_run(bench, &sim, Some("1"), c, Config::Defaults, &work)?;
+        let errors = run.turns_failed;
+        let kinds = &r["summary"]["errors_by_kind"];
+        // Offered: every session asks for a turn every mean wait plus service time.
+        let offered = sessions as f64 / 5.05;
+        let label = if k == 0 { "" } else { " (40%)" };
+        rep.target(
+            &format!("scale{label}: {n} sessions, {seconds} s, errors"),
+            "0",
+            format!(
+                "{errors} failed of {} turns ({kinds}); {:.0} turns/s of ~{offered:.0} offered; client {:.2} cores, simulator {:.2} cores; TTFT p50 {:.0} ms, p99 {:.0} ms; dispatch lag p99 {:.0} ms",
+                run.turns_ok + errors,
+                run.turns_per_s(),
+                run.load_cpu_s.unwrap_or(run.cpu_s) / run.wall_s,
+                run.sim_cpu_s / run.process_wall_s,
+                r["overall"]["ttft_ms"]["p50"].as_f64().unwrap_or(f64::NAN),
+                r["overall"]["ttft_ms"]["p99"].as_f64().unwrap_or(f64::NAN),
+                r["overall"]["dispatch_lag_ms"]["p99"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+            ),
+            Some(errors == 0),
+        );
+        rep.target(
+            &format!("scale{label}: client peak RSS, {n} sessions (8K-token system prompt)"),
+            "≤ 2 GiB",
+            format!(
+                "{:.0} MB (/usr/bin/time; result.json: {}); {:.0} KB per session",
+                run.max_rss_mb,
+                r["client"]["peak_rss_bytes"]
+                    .as_f64()
+                    .map_or("-".into(), |b| format!("{:.0} MB", b / 1048576.0)),
+                run.max_rss_mb * 1024.0 / sessions as f64,
+            ),
+            Some(run.max_rss_mb <= 2048.0),
+        );
+        rep.scenario(json!({
+            "scenario": "scale",
+            "what": format!("{n} sessions in flight (-c {sessions}, --ramp-up 20s), exponential tool waits (mean 5 s), 8,192-token system prompt, 15 turns of 64 input and 8 output tokens, --duration {seconds}s, bench run at the defaults; bench sim --ttft-ms 50 --itl-ms 0 on CPU 0, client on CPU 1"),
+            "run": run.to_json(),
+            "offered_turns_per_s": offered,
+            "ttft_ms": r["overall"]["ttft_ms"],
+            "dispatch_lag_ms": r["overall"]["dispatch_lag_ms"],
+            "sessions": r["summary"]["sessions_completed"],
+            "client": r["client"],
+            "summary": r["summary"],
+        }));
+    }
     Ok(())
 }
 

@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Bytes per piece (about 32 tokens of text at ~4 bytes per token).
 pub(crate) const CHUNK: usize = 128;
@@ -108,32 +108,60 @@ impl Chain {
 }
 
 /// How many plays sent each prefix.
-#[derive(Default)]
+///
+/// Sharded by the prefix hash's top bits: the map grows by doubling, and rehashing one big map
+/// under one lock stalled every worker for milliseconds (seen as late first tokens); a shard
+/// rehashes a sixty-fourth of it.
 pub(crate) struct PrefixIndex {
-    counts: Mutex<HashMap<u64, u32, BuildHasherDefault<Identity>>>,
+    shards: Box<[Mutex<Shard>]>,
+    len: AtomicUsize,
     full: AtomicBool,
+}
+
+type Shard = HashMap<u64, u32, BuildHasherDefault<Identity>>;
+
+impl Default for PrefixIndex {
+    fn default() -> Self {
+        PrefixIndex {
+            shards: (0..Self::SHARDS)
+                .map(|_| Mutex::new(Shard::default()))
+                .collect(),
+            len: AtomicUsize::new(0),
+            full: AtomicBool::new(false),
+        }
+    }
 }
 
 impl PrefixIndex {
     /// Prefixes counted at most (tens of MB).
     pub(crate) const CAP: usize = 3_000_000;
+    const SHARDS: usize = 64;
+
+    fn shard(&self, h: u64) -> std::sync::MutexGuard<'_, Shard> {
+        // The hashes are xxh3 values: their top bits pick the shard, the map uses the low ones.
+        self.shards[(h >> 58) as usize % Self::SHARDS]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 
     /// Counts the pieces of `chain` not yet counted for its play (call when a request is sent).
     pub(crate) fn sent(&self, chain: &mut Chain) {
         if self.full.load(Ordering::Relaxed) {
             return;
         }
-        let mut counts = self
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if counts.len() + (chain.len() - chain.counted) > Self::CAP {
+        let new = chain.len() - chain.counted;
+        if self.len.load(Ordering::Relaxed) + new > Self::CAP {
             self.full.store(true, Ordering::Relaxed);
             return;
         }
+        let mut added = 0;
         for h in &chain.hashes[chain.counted..] {
-            *counts.entry(*h).or_insert(0) += 1;
+            let mut shard = self.shard(*h);
+            let c = shard.entry(*h).or_insert(0);
+            added += usize::from(*c == 0);
+            *c += 1;
         }
+        self.len.fetch_add(added, Ordering::Relaxed);
         chain.counted = chain.len();
     }
 
@@ -144,13 +172,9 @@ impl PrefixIndex {
         if self.full.load(Ordering::Relaxed) {
             return None;
         }
-        let counts = self
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let others = chain
             .hashes
-            .partition_point(|h| counts.get(h).is_some_and(|&c| c >= 2));
+            .partition_point(|h| self.shard(*h).get(h).is_some_and(|&c| c >= 2));
         Some(chain.tokens_at(others.max(own.min(chain.len()))))
     }
 }

@@ -109,10 +109,13 @@ pub(crate) struct BlockManager {
 impl BlockManager {
     /// A pool of `total` blocks.
     pub(crate) fn new(total: u64) -> Self {
+        // Sized for the whole pool up front (at most a million blocks, ~40 MB): growing the map
+        // rehashes every entry under the simulator's lock, a stall every request waits out.
+        let room = usize::try_from(total.min(1 << 20)).unwrap_or(1 << 20);
         Self {
             total,
-            entries: KeyMap::default(),
-            lru: VecDeque::new(),
+            entries: KeyMap::with_capacity_and_hasher(room, BuildHasherDefault::default()),
+            lru: VecDeque::with_capacity(room),
             evictable: 0,
             tick: 0,
             private: 0,

@@ -1393,6 +1393,15 @@ impl Generator {
                         () = wait_shutdown(&mut shutdown) => return false,
                     }
                     self.token();
+                    // Tokens already due go out in the same write (with `--itl-ms 0`, the
+                    // whole answer at once; a server behind its schedule does the same).
+                    while !self.done()
+                        && !self.action_due
+                        && first_at + itl * self.guard.usage.completion_tokens
+                            <= tokio::time::Instant::now()
+                    {
+                        self.token();
+                    }
                     if (!self.done() || self.action_due) && !self.flush().await {
                         return false;
                     }
