@@ -12,6 +12,12 @@ use clap::{CommandFactory, FromArgMatches};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // No transparent huge pages: memory mimalloc freed and purged came back as a fresh 2 MiB
+    // page to zero on its next use, over and over (27% of a 20,000-turn run's CPU was the
+    // kernel's clear_page; docs/performance.md). mimalloc is built not to ask for them
+    // (`no_thp`); this also covers a kernel that gives them unasked (THP `always`).
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_thp_disable(true);
     let command = Cli::command();
     // The flags given on the command line (a resumed run refuses configuration flags); argument
     // groups, which clap also lists, are left out.

@@ -1036,7 +1036,11 @@ mod tests {
             c.push(i);
         }
         assert_eq!(c.chunks.len(), 4);
-        assert!(c.chunks.iter().all(|k| k.capacity() == Chunked::<usize>::CHUNK));
+        assert!(
+            c.chunks
+                .iter()
+                .all(|k| k.capacity() == Chunked::<usize>::CHUNK)
+        );
         assert_eq!(c.into_vec(), (0..n).collect::<Vec<_>>());
     }
 }

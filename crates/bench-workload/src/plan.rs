@@ -852,6 +852,14 @@ impl Interner {
 
     /// [`Interner::id`], with the text's token count when it is known by construction.
     fn id_known(&mut self, s: &str, known: Option<u32>) -> u32 {
+        if known.is_some() {
+            // Synthetic text: random words, distinct by construction; not worth a hash of
+            // every byte to find the rare duplicate (it would only save its memory).
+            let id = self.texts.len() as u32;
+            self.texts.push(Arc::from(s));
+            self.known.push(known);
+            return id;
+        }
         if let Some(&id) = self.ids.get(s) {
             if known.is_some() {
                 self.known[id as usize] = known;
