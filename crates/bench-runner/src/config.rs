@@ -117,6 +117,22 @@ pub enum System<'a> {
     Shared(&'a bench_workload::plan::PlannedMessage),
     /// A session's own system text, as a JSON string literal (quotes included).
     Own(&'a str),
+    /// The plan's shared system message with `marker` (JSON-escaped text, no quotes) at the
+    /// end of its text: a cache-busting replay. The shared text is still sent from the plan's
+    /// copy (50,000 replays of an 8K-token prompt would otherwise hold 50,000 copies of it).
+    Marked(&'a bench_workload::plan::PlannedMessage, &'a str),
+}
+
+/// `lit` (a JSON string literal) without its closing quote.
+fn open_literal(lit: &str) -> &str {
+    lit.strip_suffix('"').unwrap_or(lit)
+}
+
+/// A shared literal without its closing quote, as a piece (no copy).
+fn shared_open(m: &bench_workload::plan::PlannedMessage) -> Bytes {
+    let b = crate::conv::shared(m);
+    let n = b.len();
+    b.slice(..n.saturating_sub(1))
 }
 
 /// How sessions arrive in an open-loop run.
@@ -408,6 +424,16 @@ impl RunConfig {
                         b.push_str(lit);
                         b.push('}');
                     }
+                    System::Marked(h, marker) => {
+                        b.push_str(h.json_prefix());
+                        if is_long(h) {
+                            piece(&mut b, &mut parts, shared_open(h));
+                        } else {
+                            b.push_str(open_literal(&h.content_json));
+                        }
+                        b.push_str(marker);
+                        b.push_str("\"}");
+                    }
                 }
                 if !matches!(system, System::None) && !conv.is_empty() {
                     b.push(',');
@@ -431,6 +457,16 @@ impl RunConfig {
                         b.push_str(lit);
                         b.push(',');
                     }
+                    System::Marked(h, marker) => {
+                        b.push_str("\"system\":");
+                        if is_long(h) {
+                            piece(&mut b, &mut parts, shared_open(h));
+                        } else {
+                            b.push_str(open_literal(&h.content_json));
+                        }
+                        b.push_str(marker);
+                        b.push_str("\",");
+                    }
                 }
                 b.push_str("\"messages\":[");
             }
@@ -451,6 +487,16 @@ impl RunConfig {
                     System::Own(lit) => {
                         b.push_str("System: ");
                         b.push_str(inner(lit));
+                        b.push_str(TEXT_SEP);
+                    }
+                    System::Marked(h, marker) => {
+                        b.push_str("System: ");
+                        if is_long(h) {
+                            piece(&mut b, &mut parts, shared_inner(h));
+                        } else {
+                            b.push_str(inner(&h.content_json));
+                        }
+                        b.push_str(marker);
                         b.push_str(TEXT_SEP);
                     }
                 }
@@ -750,5 +796,51 @@ mod tests {
             v["prompt"],
             "User: hi\n\nAssistant: hello \"you\"\n\nAssistant:"
         );
+    }
+
+    /// A marked replay's system prompt: the shared text sent from the plan's copy with the
+    /// marker after it is byte for byte what a spliced copy of its own was, on every endpoint,
+    /// for a short and a long (shared-piece) system prompt.
+    #[test]
+    fn a_marked_system_prompt_is_the_shared_text_then_the_marker() {
+        for text in ["Be \"brief\".".to_owned(), "s".repeat(20_000)] {
+            let sys = pm(Role::System, &text);
+            let marker = "\\n[bench replay s-1#2]";
+            let lit = &sys.content_json;
+            let own = format!("{}{marker}\"", &lit[..lit.len() - 1]);
+            for endpoint in [
+                Endpoint::Chat,
+                Endpoint::Responses,
+                Endpoint::Messages,
+                Endpoint::Completions,
+            ] {
+                let mut c = RunConfig::new("m", 1);
+                c.endpoint = endpoint;
+                let bytes = |system: System<'_>| {
+                    c.body_segments(system, &conv(&c, false), 9, None, None)
+                        .to_bytes()
+                };
+                let marked = bytes(System::Marked(&sys, marker));
+                assert_eq!(marked, bytes(System::Own(&own)), "{endpoint:?}");
+                let v: serde_json::Value = serde_json::from_slice(&marked).unwrap();
+                let want = format!("{text}\n[bench replay s-1#2]");
+                let got = match endpoint {
+                    Endpoint::Chat => v["messages"][0]["content"].clone(),
+                    Endpoint::Responses => v["input"][0]["content"].clone(),
+                    Endpoint::Messages => v["system"].clone(),
+                    Endpoint::Completions => v["prompt"].clone(),
+                };
+                match endpoint {
+                    Endpoint::Completions => {
+                        assert!(
+                            got.as_str()
+                                .unwrap()
+                                .starts_with(&format!("System: {want}"))
+                        )
+                    }
+                    _ => assert_eq!(got, want, "{endpoint:?}"),
+                }
+            }
+        }
     }
 }

@@ -566,11 +566,10 @@ async fn open_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, a: A
     not_started.load(Ordering::SeqCst) as u64
 }
 
-/// The JSON string literal of `marker` appended inside an existing string literal.
-fn splice_marker(literal: &str, marker: &str) -> String {
-    let inner = &literal[..literal.len().saturating_sub(1)];
-    let m = serde_json::to_string(marker).unwrap_or_default();
-    format!("{inner}{}\"", &m[1..m.len().saturating_sub(1)])
+/// `text` escaped for the inside of a JSON string literal (no quotes).
+fn json_inner(text: &str) -> String {
+    let m = serde_json::to_string(text).unwrap_or_default();
+    m[1..m.len().saturating_sub(1)].to_owned()
 }
 
 /// Plays one session turn by turn. `arrival`: when an open-loop session was due to start.
@@ -616,22 +615,23 @@ async fn play_session<T: Transport>(
     };
     let mut extra_tokens = 0u64;
     // The shared system prompt stays shared: the body writes it before the session's own
-    // messages (only a marked replay or warmup gets a copy of its own, with the marker).
-    let own_system = match (&sess.system, &marker) {
-        (Some(sys), Some(m)) => {
+    // messages, a marked replay's or warmup's marker as a piece of its own after it.
+    let (own_system, marker_json) = match (&sess.system, &marker) {
+        (Some(_), Some(m)) => {
             extra_tokens += (m.len() as u64).div_ceil(4);
-            Some(splice_marker(&sys.content_json, &format!("\n{m}")))
+            (None, Some(json_inner(&format!("\n{m}"))))
         }
         (None, Some(m)) => {
             extra_tokens += (m.len() as u64).div_ceil(4) + 5;
-            Some(serde_json::to_string(m).unwrap_or_default())
+            (Some(serde_json::to_string(m).unwrap_or_default()), None)
         }
-        _ => None,
+        _ => (None, None),
     };
-    let system = match (&own_system, &sess.system) {
-        (Some(own), _) => crate::config::System::Own(own),
-        (None, Some(sys)) => crate::config::System::Shared(sys),
-        (None, None) => crate::config::System::None,
+    let system = match (&own_system, &sess.system, &marker_json) {
+        (Some(own), _, _) => crate::config::System::Own(own),
+        (None, Some(sys), Some(m)) => crate::config::System::Marked(sys, m),
+        (None, Some(sys), None) => crate::config::System::Shared(sys),
+        (None, None, _) => crate::config::System::None,
     };
     // The request's prefix identity, element by element: the tools, the system prompt as
     // sent, then every message (see `prefix.rs`).
@@ -640,16 +640,29 @@ async fn play_session<T: Transport>(
     if let Some(tools) = &sess.tools {
         chain.push(&[b"tools", tools.as_bytes()], 0);
     }
-    match (&own_system, &sess.system) {
-        (Some(own), sys) => chain.push(
+    match (&own_system, &sess.system, &marker_json) {
+        (Some(own), sys, _) => chain.push(
             &[b"system", own.as_bytes()],
             sys.as_ref().map_or(0, |s| u64::from(s.tokens) + overhead) + extra_tokens,
         ),
-        (None, Some(sys)) => chain.push(
+        // The same bytes as the body sends: the literal, the marker, the closing quote.
+        (None, Some(sys), Some(m)) => {
+            let lit = sys.content_json.as_bytes();
+            chain.push(
+                &[
+                    b"system",
+                    &lit[..lit.len().saturating_sub(1)],
+                    m.as_bytes(),
+                    b"\"",
+                ],
+                u64::from(sys.tokens) + overhead + extra_tokens,
+            );
+        }
+        (None, Some(sys), None) => chain.push(
             &[b"system", sys.content_json.as_bytes()],
             u64::from(sys.tokens) + overhead,
         ),
-        (None, None) => {}
+        (None, None, _) => {}
     }
     let mut own_before = 0usize;
     // Responses with server-side state: the id the next turn continues, when the last turn
