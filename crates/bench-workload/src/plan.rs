@@ -972,14 +972,28 @@ pub fn extract_tool_waits(
         .collect()
 }
 
+/// Seed of the filler after [`SYSTEM_HEAD`] (any fixed value: plans must not change with it).
+const SYSTEM_FILLER_SEED: u64 = 0x5157_e3f1;
+
+/// Tokens of the system prompt's opening sentence ([`SYSTEM_HEAD`]) under the embedded Qwen3
+/// tokenizer, so that a plan with a system prompt does not load it (a test checks the figure).
+pub const SYSTEM_HEAD_QWEN3_TOKENS: u32 = 62;
+
+/// The opening sentence of every synthetic system prompt.
+pub const SYSTEM_HEAD: &str = "You are an autonomous software engineering agent working in a \
+    sandboxed repository. Read the task carefully, inspect the relevant files, run commands to \
+    reproduce problems, and make minimal, well-tested changes. Explain each step briefly before \
+    you act, prefer standard tools, never invent file contents, and stop when the tests pass.";
+
 /// Builds a shared system prompt of exactly `target` tokens under `counter` (as close as the
 /// tokenizer allows; the actual count is measured and recorded).
+///
+/// When filler words are single tokens under `counter` ([`TokenCounter::filler_is_exact`]),
+/// the prompt is [`SYSTEM_HEAD`] followed by filler words (filler alone below the sentence's
+/// length): its count is known by construction, and the embedded tokenizer is not loaded for
+/// it (an 8K-token prompt used to cost a run the tokenizer's ~100 MB). Otherwise the sentence
+/// is tiled and cut to the count.
 pub fn system_prompt(counter: &TokenCounter, target: u32) -> SystemPromptInfo {
-    const BASE: &str = "You are an autonomous software engineering agent working in a sandboxed \
-        repository. Read the task carefully, inspect the relevant files, run commands to \
-        reproduce problems, and make minimal, well-tested changes. Explain each step briefly \
-        before you act, prefer standard tools, never invent file contents, and stop when the \
-        tests pass. ";
     if target == 0 {
         return SystemPromptInfo {
             target_tokens: 0,
@@ -987,10 +1001,40 @@ pub fn system_prompt(counter: &TokenCounter, target: u32) -> SystemPromptInfo {
             text: Arc::from(""),
         };
     }
-    let text = if let Some(base_ids) = counter.encode(BASE) {
+    if counter.filler_is_exact() {
+        let head = if counter.is_embedded() && !counter.is_loaded() {
+            SYSTEM_HEAD_QWEN3_TOKENS
+        } else {
+            counter.count(SYSTEM_HEAD)
+        };
+        // The sentence ends in a full stop and each filler word starts with a space: the
+        // pre-tokenizer splits between them, so the counts add.
+        let (text, actual) = if target > head {
+            let mut t = String::with_capacity(SYSTEM_HEAD.len() + (target - head) as usize * 6);
+            t.push_str(SYSTEM_HEAD);
+            t.push_str(&crate::text::filler(SYSTEM_FILLER_SEED, target - head));
+            (t, target)
+        } else {
+            (crate::text::filler(SYSTEM_FILLER_SEED, target), target)
+        };
+        // A loaded tokenizer costs nothing more to ask: record what it counts.
+        let actual = if counter.is_loaded() {
+            counter.count(&text)
+        } else {
+            actual
+        };
+        return SystemPromptInfo {
+            target_tokens: target,
+            actual_tokens: actual,
+            text: Arc::from(text),
+        };
+    }
+    // The sentence tiled: a space between repetitions.
+    let base = format!("{SYSTEM_HEAD} ");
+    let text = if let Some(base_ids) = counter.encode(&base) {
         // Boundaries between repetitions can merge tokens: tile with room to spare.
         let reps = (target as usize).div_ceil(base_ids.len().max(2) - 1) + 2;
-        let tiled = BASE.repeat(reps);
+        let tiled = base.repeat(reps);
         let ids = counter.encode(&tiled).unwrap_or_default();
         let mut take = (target as usize).min(ids.len());
         let mut best = counter.decode(&ids[..take]).unwrap_or_default();
@@ -1010,7 +1054,7 @@ pub fn system_prompt(counter: &TokenCounter, target: u32) -> SystemPromptInfo {
         best
     } else {
         let chars = target as usize * 4;
-        BASE.chars().cycle().take(chars).collect()
+        base.chars().cycle().take(chars).collect()
     };
     let actual = counter.count(&text);
     SystemPromptInfo {

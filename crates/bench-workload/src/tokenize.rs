@@ -150,6 +150,11 @@ impl TokenCounter {
         }
     }
 
+    /// Whether this is the embedded Qwen3 tokenizer, loaded or not.
+    pub fn is_embedded(&self) -> bool {
+        matches!(self.inner, Inner::Embedded(_))
+    }
+
     /// What counts tokens: `hf:qwen3`, `hf:<path>` or `chars/4`. Recorded in plans.
     pub fn name(&self) -> &str {
         &self.name

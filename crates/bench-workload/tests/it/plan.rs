@@ -913,3 +913,22 @@ fn synthetic_text_is_counted_when_the_words_are_not_single_tokens() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_system_prompt_does_not_load_the_embedded_tokenizer_and_its_count_is_exact() {
+    assert_eq!(
+        ref_count(bench_workload::plan::SYSTEM_HEAD),
+        u64::from(bench_workload::plan::SYSTEM_HEAD_QWEN3_TOKENS),
+        "SYSTEM_HEAD_QWEN3_TOKENS is stale"
+    );
+    for target in [1u32, 17, 2000, 8192] {
+        let fresh = TokenCounter::load(&TokenizerSpec::Qwen3).unwrap();
+        let sp = bench_workload::plan::system_prompt(&fresh, target);
+        assert!(!fresh.is_loaded(), "target {target}: the tokenizer was loaded");
+        assert_eq!(sp.actual_tokens, target);
+        assert_eq!(ref_count(&sp.text), u64::from(target), "target {target}");
+        // The same text as with the tokenizer loaded: a plan does not depend on what was
+        // counted before it.
+        assert_eq!(bench_workload::plan::system_prompt(qwen3(), target).text, sp.text);
+    }
+}
