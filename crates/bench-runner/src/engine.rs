@@ -158,11 +158,15 @@ struct Shared<T> {
     task_failures: std::sync::Mutex<Vec<String>>,
     /// Every message-boundary prefix sent so far (the warm-cache check's theoretical hit).
     prefixes: crate::prefix::PrefixIndex,
+    /// Chains of the tools and system prompt that several sessions send alike, keyed by the
+    /// plan's message and tools (pointers into the plan, which outlives the run): each play
+    /// starts from a clone that shares the pieces.
+    chain_starts: std::sync::Mutex<std::collections::HashMap<(usize, usize), crate::prefix::Chain>>,
 }
 
 /// One phase (warmup or measuring): its pool and its own clock limits.
 struct PhaseState {
-    sessions: Arc<Vec<PlannedSession>>,
+    sessions: PhaseSessions,
     warmup: bool,
     /// `--duration`: no new session or turn after it (the pool loops until then).
     deadline: Option<Instant>,
@@ -235,6 +239,29 @@ impl<T: Transport> Shared<T> {
             _ = tokio::time::sleep_until(wake) => {}
             _ = self.cancel.cancelled() => {}
         }
+    }
+}
+
+/// The sessions a phase plays: the plan's own, never copied (a copy of 50,000 sessions' turn
+/// lists cost ~90 MB), in an order of their own when arrivals follow the trace.
+struct PhaseSessions {
+    plan: Arc<Plan>,
+    /// The first `len` sessions of the plan (all but in warmup).
+    len: usize,
+    /// Plan indices in play order (trace arrivals: recorded order); `None`: the plan's order.
+    order: Option<Vec<u32>>,
+    /// Turns played per session (warmup: cut short).
+    max_turns: usize,
+}
+
+impl PhaseSessions {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, i: usize) -> &PlannedSession {
+        let i = self.order.as_ref().map_or(i, |o| o[i] as usize);
+        &self.plan.sessions[i]
     }
 }
 
@@ -321,6 +348,7 @@ pub async fn run<T: Transport>(
         records: std::sync::Mutex::new(Records::default()),
         task_failures: std::sync::Mutex::new(Vec::new()),
         prefixes: crate::prefix::PrefixIndex::default(),
+        chain_starts: std::sync::Mutex::new(std::collections::HashMap::new()),
         cfg,
     });
     shared.emit(RunEvent::Started {
@@ -331,16 +359,13 @@ pub async fn run<T: Transport>(
     let n_warm = (shared.cfg.warmup_sessions as usize).min(plan.sessions.len());
     if n_warm > 0 {
         shared.emit(RunEvent::Phase(Phase::Warmup));
-        let sessions = plan.sessions[..n_warm]
-            .iter()
-            .map(|s| {
-                let mut s = s.clone();
-                s.turns.truncate(WARMUP_TURNS);
-                s
-            })
-            .collect();
         let ph = Arc::new(PhaseState {
-            sessions: Arc::new(sessions),
+            sessions: PhaseSessions {
+                plan: plan.clone(),
+                len: n_warm,
+                order: None,
+                max_turns: WARMUP_TURNS,
+            },
             warmup: true,
             deadline: None,
             next: AtomicUsize::new(0),
@@ -356,17 +381,28 @@ pub async fn run<T: Transport>(
     let measure_start = Instant::now();
     if !shared.cancel.is_cancelled() && shared.fuse.is_none_or(|f| measure_start < f) {
         shared.emit(RunEvent::Phase(Phase::Measuring));
-        let mut sessions = plan.sessions.clone();
-        if let Some(Arrival {
-            process: ArrivalProcess::Trace { .. },
-            ..
-        }) = shared.cfg.arrival
-        {
-            // Recorded order (stable: ties keep the plan's order).
-            sessions.sort_by(|a, b| trace_offset_ms(a).total_cmp(&trace_offset_ms(b)));
-        }
+        let order = match shared.cfg.arrival {
+            Some(Arrival {
+                process: ArrivalProcess::Trace { .. },
+                ..
+            }) => {
+                // Recorded order (stable: ties keep the plan's order).
+                let mut o: Vec<u32> = (0..plan.sessions.len() as u32).collect();
+                o.sort_by(|&a, &b| {
+                    trace_offset_ms(&plan.sessions[a as usize])
+                        .total_cmp(&trace_offset_ms(&plan.sessions[b as usize]))
+                });
+                Some(o)
+            }
+            _ => None,
+        };
         let ph = Arc::new(PhaseState {
-            sessions: Arc::new(sessions),
+            sessions: PhaseSessions {
+                plan: plan.clone(),
+                len: plan.sessions.len(),
+                order,
+                max_turns: usize::MAX,
+            },
             warmup: false,
             deadline: shared.cfg.duration.map(|d| measure_start + d),
             next: AtomicUsize::new(0),
@@ -514,17 +550,15 @@ async fn open_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, a: A
     let mut due = t0;
     // Trace arrivals: offsets from the earliest recorded start (the sessions are sorted).
     let trace = match a.process {
-        ArrivalProcess::Trace { time_scale } => ph
-            .sessions
-            .first()
-            .map(|s| (trace_offset_ms(s), time_scale)),
+        ArrivalProcess::Trace { time_scale } => (ph.sessions.len() > 0)
+            .then(|| (trace_offset_ms(ph.sessions.get(0)), time_scale)),
         _ => None,
     };
     // Take the session first: when the pool is used up the loop ends now, not one
     // inter-arrival gap later.
     while let Some((idx, replay)) = ph.next_session() {
         if let Some((first, scale)) = trace {
-            let off = trace_offset_ms(&ph.sessions[idx]) - first;
+            let off = trace_offset_ms(ph.sessions.get(idx)) - first;
             if off.is_finite() {
                 due = t0 + Duration::from_secs_f64((off * scale / 1000.0).clamp(0.0, 1e9));
             }
@@ -581,7 +615,8 @@ async fn play_session<T: Transport>(
     arrival: Option<Instant>,
 ) -> SessionRecord {
     let cfg = &sh.cfg;
-    let sess = &ph.sessions[idx];
+    let sess = ph.sessions.get(idx);
+    let turns = &sess.turns[..sess.turns.len().min(ph.sessions.max_turns)];
     sh.emit(RunEvent::SessionStarted {
         session_id: &sess.id,
         replay,
@@ -595,8 +630,7 @@ async fn play_session<T: Transport>(
     // hold up to twice their text).
     let marker_len = 64 + sess.id.len();
     let full: usize = marker_len
-        + sess
-            .turns
+        + turns
             .iter()
             .map(|t| {
                 t.input_delta
@@ -636,34 +670,65 @@ async fn play_session<T: Transport>(
     // The request's prefix identity, element by element: the tools, the system prompt as
     // sent, then every message (see `prefix.rs`).
     let overhead = bench_workload::plan::MESSAGE_OVERHEAD_TOKENS;
-    let mut chain = crate::prefix::Chain::default();
-    if let Some(tools) = &sess.tools {
-        chain.push(&[b"tools", tools.as_bytes()], 0);
-    }
-    match (&own_system, &sess.system, &marker_json) {
-        (Some(own), sys, _) => chain.push(
-            &[b"system", own.as_bytes()],
-            sys.as_ref().map_or(0, |s| u64::from(s.tokens) + overhead) + extra_tokens,
-        ),
-        // The same bytes as the body sends: the literal, the marker, the closing quote.
-        (None, Some(sys), Some(m)) => {
-            let lit = sys.content_json.as_bytes();
-            chain.push(
-                &[
-                    b"system",
-                    &lit[..lit.len().saturating_sub(1)],
-                    m.as_bytes(),
-                    b"\"",
-                ],
-                u64::from(sys.tokens) + overhead + extra_tokens,
-            );
+    let start_chain = || {
+        let mut chain = crate::prefix::Chain::default();
+        if let Some(tools) = &sess.tools {
+            chain.push(&[b"tools", tools.as_bytes()], 0);
         }
-        (None, Some(sys), None) => chain.push(
-            &[b"system", sys.content_json.as_bytes()],
-            u64::from(sys.tokens) + overhead,
-        ),
-        (None, None, _) => {}
-    }
+        match (&own_system, &sess.system, &marker_json) {
+            (Some(own), sys, _) => chain.push(
+                &[b"system", own.as_bytes()],
+                sys.as_ref().map_or(0, |s| u64::from(s.tokens) + overhead) + extra_tokens,
+            ),
+            // The same bytes as the body sends: the literal, the marker, the closing quote.
+            (None, Some(sys), Some(m)) => {
+                let lit = sys.content_json.as_bytes();
+                chain.push(
+                    &[
+                        b"system",
+                        &lit[..lit.len().saturating_sub(1)],
+                        m.as_bytes(),
+                        b"\"",
+                    ],
+                    u64::from(sys.tokens) + overhead + extra_tokens,
+                );
+            }
+            (None, Some(sys), None) => chain.push(
+                &[b"system", sys.content_json.as_bytes()],
+                u64::from(sys.tokens) + overhead,
+            ),
+            (None, None, _) => {}
+        }
+        chain
+    };
+    // A system prompt (and tools) that other sessions send alike starts from a shared chain.
+    let shared_start = match (&own_system, &sess.system, &marker_json) {
+        (None, Some(sys), None)
+            if Arc::strong_count(sys) > 1
+                && sess.tools.as_ref().is_none_or(|t| Arc::strong_count(t) > 1) =>
+        {
+            Some((
+                Arc::as_ptr(sys) as usize,
+                sess.tools
+                    .as_ref()
+                    .map_or(0, |t| Arc::as_ptr(t).cast::<u8>() as usize),
+            ))
+        }
+        _ => None,
+    };
+    let mut chain = match shared_start {
+        Some(key) => {
+            let mut starts = sh
+                .chain_starts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            starts
+                .entry(key)
+                .or_insert_with(|| start_chain().template())
+                .clone()
+        }
+        None => start_chain(),
+    };
     let mut own_before = 0usize;
     // Responses with server-side state: the id the next turn continues, when the last turn
     // gave one.
@@ -676,7 +741,7 @@ async fn play_session<T: Transport>(
     let mut busy = Duration::ZERO;
     let mut any_failed = false;
     let mut est_shift: i64 = 0; // model mode: generated answers differ from the recorded ones
-    for turn in &sess.turns {
+    for turn in turns {
         // When the turn is due: the session's arrival (open loop), the end of its tool wait,
         // or now. Tool waits are not counted in any latency.
         let mut due = match arrival {
@@ -769,7 +834,9 @@ async fn play_session<T: Transport>(
             session_id: &sess.id,
             turn_index: turn.index,
         });
-        let (result, sent, failed) = send_with_retries(sh, ph, body, opts).await;
+        // Boxed: the request's state (the connection's futures, several KB) exists only while a
+        // turn is in flight, not in every session waiting out a tool call (50,000 sessions).
+        let (result, sent, failed) = Box::pin(send_with_retries(sh, ph, body, opts)).await;
         let end = Instant::now();
         busy += end.duration_since(first_sent);
         played += 1;
@@ -829,7 +896,7 @@ async fn play_session<T: Transport>(
         replay,
         status,
         turns_played: played,
-        turns_planned: sess.turns.len() as u32,
+        turns_planned: turns.len() as u32,
         output_tokens,
         busy_s: busy.as_secs_f64(),
         marker,

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Bytes per piece (about 32 tokens of text at ~4 bytes per token).
@@ -47,11 +47,15 @@ impl Hasher for Identity {
 const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// One play's requests so far: a hash and the estimated tokens at the end of every piece.
+///
+/// The leading pieces can be shared between plays ([`Chain::template`]): every play of a
+/// shared system prompt starts with the same ~260 pieces for 8K tokens, held once rather than
+/// by each of 50,000 sessions.
+#[derive(Clone)]
 pub(crate) struct Chain {
-    hashes: Vec<u64>,
-    /// As `f32` (exact to 16M tokens; these are estimates): a play holds one per 128 bytes it
-    /// sent, 50,000 plays of an 8K-token prompt hold 13 million.
-    tokens: Vec<f32>,
+    /// Pieces shared with other plays, before this play's own.
+    base: Option<Arc<Pieces>>,
+    own: Pieces,
     hasher: xxhash_rust::xxh3::Xxh3,
     fill: usize,
     tokens_so_far: f64,
@@ -59,11 +63,20 @@ pub(crate) struct Chain {
     counted: usize,
 }
 
+/// Hashes and, beside each, the estimated tokens up to the end of its piece.
+#[derive(Clone, Default)]
+struct Pieces {
+    hashes: Vec<u64>,
+    /// As `f32` (exact to 16M tokens; these are estimates): a play holds one per 128 bytes it
+    /// sent.
+    tokens: Vec<f32>,
+}
+
 impl Default for Chain {
     fn default() -> Self {
         Chain {
-            hashes: Vec::new(),
-            tokens: Vec::new(),
+            base: None,
+            own: Pieces::default(),
             hasher: xxhash_rust::xxh3::Xxh3::with_seed(SEED),
             fill: 0,
             tokens_so_far: 0.0,
@@ -79,8 +92,8 @@ impl Chain {
         let per_byte = tokens as f64 / bytes as f64;
         // Room for exactly the pieces this element completes (no doubling past them).
         let more = (self.fill + bytes) / CHUNK;
-        self.hashes.reserve_exact(more);
-        self.tokens.reserve_exact(more);
+        self.own.hashes.reserve_exact(more);
+        self.own.tokens.reserve_exact(more);
         for part in parts.iter().copied().chain(std::iter::once(&[0xff_u8][..])) {
             let mut rest = part;
             while !rest.is_empty() {
@@ -91,8 +104,8 @@ impl Chain {
                 rest = &rest[take..];
                 if self.fill == CHUNK {
                     let h = self.hasher.digest();
-                    self.hashes.push(h);
-                    self.tokens.push(self.tokens_so_far as f32);
+                    self.own.hashes.push(h);
+                    self.own.tokens.push(self.tokens_so_far as f32);
                     self.hasher = xxhash_rust::xxh3::Xxh3::with_seed(h);
                     self.fill = 0;
                 }
@@ -100,16 +113,47 @@ impl Chain {
         }
     }
 
+    /// A chain to start plays from: this one's pieces shared, none counted yet. Cloning it
+    /// copies no piece.
+    pub(crate) fn template(mut self) -> Chain {
+        let mut all = self.base.take().map(|b| (*b).clone()).unwrap_or_default();
+        all.hashes.append(&mut self.own.hashes);
+        all.tokens.append(&mut self.own.tokens);
+        all.hashes.shrink_to_fit();
+        all.tokens.shrink_to_fit();
+        Chain {
+            base: Some(Arc::new(all)),
+            own: Pieces::default(),
+            counted: 0,
+            ..self
+        }
+    }
+
+    fn base(&self) -> &[u64] {
+        self.base.as_ref().map_or(&[], |b| &b.hashes)
+    }
+
     /// Whole pieces so far.
     pub(crate) fn len(&self) -> usize {
-        self.hashes.len()
+        self.base().len() + self.own.hashes.len()
+    }
+
+    /// The hashes of pieces `from..`, shared ones first.
+    fn hashes_from(&self, from: usize) -> impl Iterator<Item = &u64> {
+        let base = self.base();
+        base.iter()
+            .chain(self.own.hashes.iter())
+            .skip(from)
     }
 
     fn tokens_at(&self, pieces: usize) -> u64 {
-        match pieces {
-            0 => 0,
-            n => self.tokens[n - 1].floor() as u64,
-        }
+        let n = match pieces {
+            0 => return 0,
+            n => n - 1,
+        };
+        let base = self.base.as_ref().map_or(&[][..], |b| &b.tokens[..]);
+        let t = base.get(n).or_else(|| self.own.tokens.get(n - base.len().min(n)));
+        t.map_or(0, |t| t.floor() as u64)
     }
 }
 
@@ -143,9 +187,13 @@ impl PrefixIndex {
     pub(crate) const CAP: usize = 3_000_000;
     const SHARDS: usize = 64;
 
+    /// The hashes are xxh3 values: their top bits pick the shard, the map uses the low ones.
+    fn shard_of(h: u64) -> usize {
+        (h >> 58) as usize % Self::SHARDS
+    }
+
     fn shard(&self, h: u64) -> std::sync::MutexGuard<'_, Shard> {
-        // The hashes are xxh3 values: their top bits pick the shard, the map uses the low ones.
-        self.shards[(h >> 58) as usize % Self::SHARDS]
+        self.shards[Self::shard_of(h)]
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -160,12 +208,18 @@ impl PrefixIndex {
             self.full.store(true, Ordering::Relaxed);
             return;
         }
+        // One lock per shard touched, not per piece: a first turn of an 8K-token prompt has
+        // ~260 new pieces.
+        let mut new: Vec<u64> = chain.hashes_from(chain.counted).copied().collect();
+        new.sort_unstable_by_key(|h| Self::shard_of(*h));
         let mut added = 0;
-        for h in &chain.hashes[chain.counted..] {
-            let mut shard = self.shard(*h);
-            let c = shard.entry(*h).or_insert(0);
-            added += usize::from(*c == 0);
-            *c += 1;
+        for run in new.chunk_by(|a, b| Self::shard_of(*a) == Self::shard_of(*b)) {
+            let mut shard = self.shard(run[0]);
+            for h in run {
+                let c = shard.entry(*h).or_insert(0);
+                added += usize::from(*c == 0);
+                *c += 1;
+            }
         }
         self.len.fetch_add(added, Ordering::Relaxed);
         chain.counted = chain.len();
@@ -178,9 +232,13 @@ impl PrefixIndex {
         if self.full.load(Ordering::Relaxed) {
             return None;
         }
-        let others = chain
-            .hashes
-            .partition_point(|h| self.shard(*h).get(h).is_some_and(|&c| c >= 2));
+        // Counts only fall along a chain: the shared pieces, then this play's own.
+        let sent_twice = |h: &u64| self.shard(*h).get(h).is_some_and(|&c| c >= 2);
+        let base = chain.base();
+        let mut others = base.partition_point(sent_twice);
+        if others == base.len() {
+            others += chain.own.hashes.partition_point(sent_twice);
+        }
         Some(chain.tokens_at(others.max(own.min(chain.len()))))
     }
 }
@@ -238,6 +296,53 @@ mod tests {
         idx.sent(&mut b);
         let shared = idx.shared(&b, 0).unwrap();
         assert!((120..=160).contains(&shared), "{shared}");
+    }
+
+    #[test]
+    fn plays_started_from_a_shared_template_count_as_plays_built_alone() {
+        // A prompt that does not end on a piece boundary: the template carries the partial
+        // piece's hasher state.
+        let sys = text("system prompt ", 1000);
+        let template = {
+            let mut t = Chain::default();
+            t.push(&[b"system", &sys], 250);
+            t.template()
+        };
+        let (alone, shared) = (PrefixIndex::default(), PrefixIndex::default());
+        for play in 0..3 {
+            let q = text(&format!("question {play} "), 700);
+            let mut a = Chain::default();
+            a.push(&[b"system", &sys], 250);
+            let mut b = template.clone();
+            for c in [&mut a, &mut b] {
+                c.push(&[&q], 175);
+            }
+            alone.sent(&mut a);
+            shared.sent(&mut b);
+            assert_eq!(a.len(), b.len());
+            assert!(a.hashes_from(0).eq(b.hashes_from(0)));
+            assert_eq!(alone.shared(&a, 0), shared.shared(&b, 0), "play {play}");
+            // A second turn: own pieces after the shared ones.
+            let own = b.len();
+            for c in [&mut a, &mut b] {
+                c.push(&[&text("answer ", 300)], 75);
+            }
+            alone.sent(&mut a);
+            shared.sent(&mut b);
+            assert_eq!(alone.shared(&a, own), shared.shared(&b, own), "play {play}");
+        }
+        // The third play shares the whole prompt with the first two.
+        let mut c = template.clone();
+        c.push(&[&text("last ", 300)], 75);
+        shared.sent(&mut c);
+        let got = shared.shared(&c, 0).unwrap();
+        assert!((218..=250).contains(&got), "{got}");
+        // Its new prefixes are all but the prompt's whole pieces ("system", the text, the end).
+        let prompt_pieces = (6 + sys.len() + 1) / CHUNK;
+        assert_eq!(
+            shared.len.load(Ordering::Relaxed),
+            alone.len.load(Ordering::Relaxed) + c.len() - prompt_pieces
+        );
     }
 
     #[test]
