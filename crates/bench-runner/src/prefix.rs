@@ -208,17 +208,27 @@ impl PrefixIndex {
             self.full.store(true, Ordering::Relaxed);
             return;
         }
-        // One lock per shard touched, not per piece: a first turn of an 8K-token prompt has
-        // ~260 new pieces.
-        let mut new: Vec<u64> = chain.hashes_from(chain.counted).copied().collect();
-        new.sort_unstable_by_key(|h| Self::shard_of(*h));
         let mut added = 0;
-        for run in new.chunk_by(|a, b| Self::shard_of(*a) == Self::shard_of(*b)) {
-            let mut shard = self.shard(run[0]);
-            for h in run {
-                let c = shard.entry(*h).or_insert(0);
-                added += usize::from(*c == 0);
-                *c += 1;
+        let mut count = |shard: &mut Shard, h: u64| {
+            let c = shard.entry(h).or_insert(0);
+            added += usize::from(*c == 0);
+            *c += 1;
+        };
+        if new <= 16 {
+            // A later turn's few pieces: a lock each costs less than sorting them.
+            for h in chain.hashes_from(chain.counted) {
+                count(&mut self.shard(*h), *h);
+            }
+        } else {
+            // One lock per shard touched, not per piece: a first turn of an 8K-token prompt
+            // has ~260 new pieces.
+            let mut new: Vec<u64> = chain.hashes_from(chain.counted).copied().collect();
+            new.sort_unstable_by_key(|h| Self::shard_of(*h));
+            for run in new.chunk_by(|a, b| Self::shard_of(*a) == Self::shard_of(*b)) {
+                let mut shard = self.shard(run[0]);
+                for h in run {
+                    count(&mut shard, *h);
+                }
             }
         }
         self.len.fetch_add(added, Ordering::Relaxed);
