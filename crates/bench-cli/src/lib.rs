@@ -8,6 +8,7 @@
 
 mod compare;
 mod journeys;
+mod merge;
 mod progress;
 mod report;
 mod run;
@@ -21,6 +22,7 @@ mod workload;
 
 pub use compare::run_compare;
 pub use journeys::run_journeys;
+pub use merge::run_merge;
 pub use report::run_report;
 pub use run::run_run;
 pub use serve::run_serve;
@@ -116,6 +118,14 @@ pub enum Command {
     /// reported); works on a live run, a finished one or one whose process died. Exit codes: 0
     /// ok, 2 the directory is missing or is not a run directory.
     Status(status::StatusCmd),
+    /// Merge the run directories of a sharded run (`bench run --shard I/N`) into one run
+    /// directory, exactly: records on one timeline, every figure recomputed from their union.
+    ///
+    /// Refuses, naming the problem, shards of different plans or configurations, missing or
+    /// duplicate shard indices and unfinished shards (--partial merges them anyway and marks
+    /// the result). The merged directory works with `bench status`, `bench report` and `bench
+    /// compare`. See docs/deploy/kubernetes.md. Exit codes: 0 merged, 2 refused or bad usage.
+    Merge(merge::MergeCmd),
     /// Serve the control plane: a runs API, live event streams, Prometheus and a dashboard.
     ///
     /// POST /api/runs starts a run from a JSON spec (`{}`: the default run), one at a time; GET

@@ -63,6 +63,7 @@ fn main() -> ExitCode {
             Command::Import(args) => bench_cli::run_import(args),
             Command::Journeys(args) => bench_cli::run_journeys(*args).await,
             Command::Status(args) => bench_cli::run_status(args),
+            Command::Merge(args) => bench_cli::run_merge(args),
             Command::Serve(args) => bench_cli::run_serve(args).await,
             Command::Report(args) => bench_cli::run_report(args),
             Command::Compare(args) => bench_cli::run_compare(*args),

@@ -15,6 +15,35 @@ use clap::{ArgAction, Args, ValueEnum};
 use serde_json::Value;
 
 use crate::run::run_error;
+
+/// Help heading of the flags that spread a run over several machines.
+const SHARDING: &str = "Sharding (several client machines)";
+
+/// `--start-at`: an RFC 3339 time.
+fn parse_start_at(s: &str) -> Result<time::OffsetDateTime, String> {
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("{s:?} is not an RFC 3339 time such as 2026-12-02T10:00:00Z ({e})"))
+}
+
+/// `--shards N`: this pod's index from Kubernetes' `JOB_COMPLETION_INDEX` (`index`).
+pub fn shard_from_env(
+    count: u32,
+    index: Option<&str>,
+) -> Result<bench_workload::shard::Shard, CliError> {
+    let Some(i) = index else {
+        return Err(CliError::Usage(format!(
+            "--shards {count}: JOB_COMPLETION_INDEX is not set (Kubernetes sets it in the pods \
+             of an Indexed Job); elsewhere give --shard I/{count}"
+        )));
+    };
+    let i: u32 = i.trim().parse().map_err(|_| {
+        CliError::Usage(format!(
+            "--shards {count}: JOB_COMPLETION_INDEX={i:?} is not a whole number"
+        ))
+    })?;
+    bench_workload::shard::Shard::new(i, count)
+        .map_err(|e| CliError::Usage(format!("--shards {count} (JOB_COMPLETION_INDEX={i}): {e}")))
+}
 use crate::workload::{ABENCH, PlanArgs};
 use crate::{CliError, SimModelArgs};
 
@@ -121,6 +150,22 @@ pub struct RunCmd {
     /// needs VLLM_SERVER_DEV_MODE=1; SGLang: POST /flush_cache). Fails when it cannot.
     #[arg(long)]
     pub flush_cache: bool,
+    /// Play shard I of N (0-based: 0/4 to 3/4) of the plan, for runs spread over several
+    /// machines: every host plans the whole pool from the same flags and --seed, then keeps a
+    /// deterministic part of it (each session in exactly one shard, balanced by planned
+    /// tokens). -c, --rate, --max-in-flight and --ramp-up are this shard's own: 8 shards at
+    /// -c 128 drive 1,024 sessions. Put the shards together with `bench merge`.
+    #[arg(long, value_name = "I/N", conflicts_with = "shards", help_heading = SHARDING)]
+    pub shard: Option<bench_workload::shard::Shard>,
+    /// Play one of N shards, I taken from JOB_COMPLETION_INDEX (set by Kubernetes in each pod
+    /// of an Indexed Job; docs/deploy/kubernetes.md).
+    #[arg(long, value_name = "N", help_heading = SHARDING)]
+    pub shards: Option<u32>,
+    /// Plan and check the server, then start the measured run at this UTC time (RFC 3339, e.g.
+    /// 2026-12-02T10:00:00Z), so that shards on several hosts start together. Refused when
+    /// already more than 5 s past.
+    #[arg(long, value_name = "UTC_TIME", value_parser = parse_start_at, help_heading = SHARDING)]
+    pub start_at: Option<time::OffsetDateTime>,
     /// Run for this long, looping the pool (e.g. 90s, 5m); no new session or turn after it.
     #[arg(long, value_parser = parse_duration_or_zero)]
     pub duration: Option<Duration>,
@@ -560,7 +605,17 @@ impl RunCmd {
                 ResponsesStateArg::Server => bench_runner::ResponsesState::Server,
             },
         };
+        let shard = match (self.shard, self.shards) {
+            (Some(s), _) => Some(s),
+            (None, Some(n)) => Some(shard_from_env(
+                n,
+                std::env::var("JOB_COMPLETION_INDEX").ok().as_deref(),
+            )?),
+            (None, None) => None,
+        };
         let spec = RunSpec {
+            shard,
+            start_at: self.start_at,
             graders: Default::default(),
             target,
             plan,

@@ -32,6 +32,16 @@ impl Verdict {
     }
 }
 
+fn verdict_of(checks: &[Check]) -> Verdict {
+    if checks.iter().any(|c| c.status == CheckStatus::Fail) {
+        Verdict::Invalid
+    } else if checks.iter().any(|c| c.status == CheckStatus::Warn) {
+        Verdict::Suspect
+    } else {
+        Verdict::Valid
+    }
+}
+
 /// One check's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -406,14 +416,15 @@ impl Validity {
         checks.push(token_estimate(&measured));
         checks.push(warm_cache(result, &measured));
 
-        let verdict = if checks.iter().any(|c| c.status == CheckStatus::Fail) {
-            Verdict::Invalid
-        } else if checks.iter().any(|c| c.status == CheckStatus::Warn) {
-            Verdict::Suspect
-        } else {
-            Verdict::Valid
-        };
+        let verdict = verdict_of(&checks);
         Validity { verdict, checks }
+    }
+
+    /// Adds a check made outside [`Validity::assess`] (e.g. a merged run's `shards`) and
+    /// updates the verdict.
+    pub fn add(&mut self, check: Check) {
+        self.checks.push(check);
+        self.verdict = verdict_of(&self.checks);
     }
 
     /// One line per check that did not pass, after the verdict (for the console).

@@ -26,6 +26,7 @@ pub mod graders;
 pub mod hooks;
 pub mod journeys;
 pub mod lifecycle;
+pub mod merge;
 pub mod probe;
 pub mod progress;
 pub mod report;
@@ -156,6 +157,15 @@ struct RunJson<'a> {
     auth: &'a str,
     plan: &'a bench_workload::plan::PlanSummary,
     run: &'a bench_runner::RunConfig,
+    /// The whole plan's digest (every shard of one run has the same).
+    plan_digest: &'a str,
+    /// [`RunSpec::config_digest`].
+    config_digest: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shard: Option<bench_workload::shard::ShardInfo>,
+    /// This host's clock against the server's (`--shard` or `--start-at` runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clock: Option<bench_rundir::ClockOffset>,
 }
 
 /// A run in progress.
@@ -456,6 +466,9 @@ async fn launch(
         }
     }
     check_exports(&spec.exports)?;
+    if resume.is_none() {
+        check_start_at(spec.start_at, time::OffsetDateTime::now_utc())?;
+    }
     let grading = hooks::Grading::new(&spec.graders, &options)?;
     if resume.is_none() {
         if let Target::Url {
@@ -469,6 +482,11 @@ async fn launch(
         }
     }
     let mut plan = build_plan(&spec, &options).await?;
+    // Digest the whole plan, then keep this shard's part of it.
+    let plan_digest = bench_workload::shard::plan_digest(&plan);
+    let shard = spec
+        .shard
+        .map(|s| bench_workload::shard::keep_shard(&mut plan, s));
     if let Load::Open { arrival, .. } = &mut spec.load {
         if let bench_runner::ArrivalProcess::Trace { time_scale } = arrival.process {
             let rate = trace_rate(&plan, time_scale)?;
@@ -540,6 +558,10 @@ async fn launch(
         &spec,
         &options,
         plan,
+        Identity {
+            plan_digest: &plan_digest,
+            shard,
+        },
         &base_url,
         ready_timeout,
         resume.as_mut(),
@@ -554,7 +576,61 @@ async fn launch(
             return Err(e);
         }
     };
+    if let (Some(at), None) = (spec.start_at, &resume) {
+        wait_for_start(at, &options).await;
+    }
     Ok(prepared.spawn(spec, options, resume, embedded, grading))
+}
+
+/// Refuses a `--start-at` already more than [`spec::START_AT_SLACK`] past at `now`.
+fn check_start_at(
+    at: Option<time::OffsetDateTime>,
+    now: time::OffsetDateTime,
+) -> Result<(), RunError> {
+    let Some(at) = at else { return Ok(()) };
+    let late = now - at;
+    if late > spec::START_AT_SLACK {
+        return Err(RunError::Invalid(format!(
+            "--start-at {}: already {:.0} s past (shards start together at a time still ahead: \
+             give one a few minutes away)",
+            rfc3339(at),
+            late.as_seconds_f64()
+        )));
+    }
+    Ok(())
+}
+
+fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// Sleeps until `at` (`--start-at`), saying so; a start already past goes at once, with a
+/// warning of how late it is.
+async fn wait_for_start(at: time::OffsetDateTime, options: &RunOptions) {
+    let now = time::OffsetDateTime::now_utc();
+    let ahead = at - now;
+    if ahead.is_positive() {
+        options.notice(Notice::Info(format!(
+            "bench run: ready; starting at {} (in {:.1} s)",
+            rfc3339(at),
+            ahead.as_seconds_f64()
+        )));
+        tokio::time::sleep(Duration::from_secs_f64(ahead.as_seconds_f64())).await;
+    } else if -ahead > time::Duration::milliseconds(100) {
+        options.notice(Notice::Warning(format!(
+            "bench run: started {:.1} s after --start-at {} (planning and the readiness checks \
+             took longer): this shard is late against the others",
+            (-ahead).as_seconds_f64(),
+            rfc3339(at)
+        )));
+    }
+}
+
+/// What names the run's plan and part of it, for `run.json`.
+struct Identity<'a> {
+    plan_digest: &'a str,
+    shard: Option<bench_workload::shard::ShardInfo>,
 }
 
 /// `host:port` of a base URL (no scheme, credentials or path).
@@ -606,10 +682,12 @@ struct Prepared {
     turns_to_play: u64,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn prepare(
     spec: &RunSpec,
     options: &RunOptions,
     plan: Plan,
+    identity: Identity<'_>,
     base_url: &str,
     ready_timeout: Duration,
     resume: Option<&mut resume::Resume>,
@@ -638,6 +716,12 @@ async fn prepare(
     };
     let max_model_len = spec.request.max_model_len.or(found.max_model_len);
     let detected = server::detect(&scrape_client, &found).await;
+    // Shards on several hosts: how this host's clock stands against the server's.
+    let clock = if spec.shard.is_some() || spec.start_at.is_some() {
+        server::clock_offset(&scrape_client).await
+    } else {
+        None
+    };
     let backend = match spec.backend {
         BackendChoice::Named(b) => {
             if b != detected.backend {
@@ -684,6 +768,10 @@ async fn prepare(
                 auth: bench_transport::Auth::from_env().describe(),
                 plan: &plan.summary,
                 run: &cfg,
+                plan_digest: identity.plan_digest,
+                config_digest: &spec.config_digest(),
+                shard: identity.shard,
+                clock,
             },
             &options.secrets,
         )?,
@@ -698,8 +786,9 @@ async fn prepare(
         pid: Some(pid),
         host: Some(lifecycle::host()),
         process_start_utc: lifecycle::process_start_utc(pid),
-        sessions_planned: Some(plan.summary.sessions),
-        turns_planned: Some(plan.summary.turns),
+        // A shard plans its part of the plan.
+        sessions_planned: Some(identity.shard.map_or(plan.summary.sessions, |s| s.sessions)),
+        turns_planned: Some(identity.shard.map_or(plan.summary.turns, |s| s.turns)),
         concurrency: Some(cfg.concurrency),
         rate: cfg.arrival.map(|a| a.rate),
         warmup_sessions: Some(cfg.warmup_sessions),

@@ -144,12 +144,12 @@ pub fn load(path: &Path) -> Result<ReportData, LoadError> {
 /// Whether a whole line that is not a record stops the load ([`Strict::Yes`]: records) or is
 /// left out with a note ([`Strict::No`]: telemetry).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Strict {
+pub(crate) enum Strict {
     Yes,
     No,
 }
 
-fn read_jsonl<T: serde::de::DeserializeOwned>(
+pub(crate) fn read_jsonl<T: serde::de::DeserializeOwned>(
     path: &Path,
     strict: Strict,
     notes: &mut Vec<String>,
@@ -227,8 +227,75 @@ pub fn recompute(
         result.server =
             serde_json::to_value(bench_telemetry::summarize(scrapes)).unwrap_or_default();
     }
-    result.assess_validity(&kept, open_loop);
+    self::judge(&mut result, run_json, &kept);
     result
+}
+
+/// (Re)assesses `result`'s validity from its records (superseded ones are left out) and,
+/// for a merged run, adds the `shards` check: failed when shards were missing or unfinished
+/// (`bench merge --partial`).
+pub fn judge(result: &mut RunResult, run_json: &serde_json::Value, turns: &[TurnRecord]) {
+    let open_loop = matches!(
+        run_json
+            .get("spec")
+            .cloned()
+            .and_then(|s| serde_json::from_value::<RunSpec>(s).ok())
+            .map(|s| s.load),
+        Some(Load::Open { .. })
+    );
+    let kept: Vec<TurnRecord> = turns.iter().filter(|t| !t.superseded).cloned().collect();
+    result.assess_validity(&kept, open_loop);
+    let merged = run_json
+        .get("merged")
+        .cloned()
+        .and_then(|m| serde_json::from_value::<bench_rundir::Merged>(m).ok());
+    if let (Some(m), Some(v)) = (merged, result.validity.as_mut()) {
+        v.add(shards_check(&m));
+    }
+}
+
+/// Whether a merged run holds every shard, each run to its end.
+fn shards_check(m: &bench_rundir::Merged) -> bench_report::Check {
+    use bench_report::{Check, CheckStatus};
+    let unfinished: Vec<String> = m
+        .shards
+        .iter()
+        .filter(|s| !s.finished)
+        .map(|s| s.index.to_string())
+        .collect();
+    let bad = m.missing.len() + unfinished.len();
+    let mut what = vec![format!("{} of {} shards merged", m.shards.len(), m.count)];
+    if !m.missing.is_empty() {
+        what.push(format!(
+            "missing {}",
+            m.missing
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !unfinished.is_empty() {
+        what.push(format!("unfinished {}", unfinished.join(", ")));
+    }
+    Check {
+        name: "shards".into(),
+        status: if bad == 0 {
+            CheckStatus::Pass
+        } else {
+            CheckStatus::Fail
+        },
+        value: Some(bad as f64),
+        threshold: "shards missing or unfinished: fail ≥ 1".into(),
+        explanation: if bad == 0 {
+            format!("{}, each run to its end", what.join("; "))
+        } else {
+            format!(
+                "{}: a partial merge (--partial) covers only part of the plan's sessions",
+                what.join("; ")
+            )
+        },
+    }
 }
 
 /// The scrapes as the report plots them: per-interval prefix-cache hit rate from the

@@ -165,3 +165,52 @@ mod tests {
         );
     }
 }
+
+/// This host's clock against the server's, from the HTTP `Date` header of `GET /v1/models`
+/// (RFC 9110: whole seconds). `None` when the server sends none or the request fails: the
+/// run goes on without it.
+pub async fn clock_offset(client: &Client) -> Option<bench_rundir::ClockOffset> {
+    let before = std::time::SystemTime::now();
+    let t0 = Instant::now();
+    let r = client
+        .get("/v1/models", Some(Duration::from_secs(10)))
+        .await
+        .ok()?;
+    let rtt = t0.elapsed();
+    let date = r.headers.get(http::header::DATE)?.to_str().ok()?;
+    let server = httpdate::parse_http_date(date).ok()?;
+    Some(offset_from_date(server, before + rtt / 2, rtt))
+}
+
+/// The offset from a `Date` of `server` (truncated to its second) read at `local_mid`, the
+/// middle of a request that took `rtt`.
+fn offset_from_date(
+    server: std::time::SystemTime,
+    local_mid: std::time::SystemTime,
+    rtt: Duration,
+) -> bench_rundir::ClockOffset {
+    let secs = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    };
+    bench_rundir::ClockOffset {
+        offset_s: secs(server) + 0.5 - secs(local_mid),
+        uncertainty_s: 0.5 + rtt.as_secs_f64() / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::*;
+
+    #[test]
+    fn a_date_header_gives_the_offset_to_within_its_second() {
+        let mid = std::time::UNIX_EPOCH + Duration::from_millis(1_000_250);
+        // The server's clock 2.5 s ahead: its Date says 1,002 (1,002.75 truncated).
+        let server = std::time::UNIX_EPOCH + Duration::from_secs(1_002);
+        let o = offset_from_date(server, mid, Duration::from_millis(4));
+        assert!((o.offset_s - 2.25).abs() < 1e-9, "{o:?}");
+        assert!((o.uncertainty_s - 0.502).abs() < 1e-9);
+        assert!((o.offset_s - 2.5).abs() <= o.uncertainty_s);
+    }
+}

@@ -51,7 +51,24 @@ pub struct RunSpec {
     /// written to `run.json`).
     #[serde(skip_serializing_if = "GradersSpec::is_empty")]
     pub graders: GradersSpec,
+    /// The part of the plan this process plays (`--shard I/N`): a deterministic partition of
+    /// the plan's sessions ([`bench_workload::shard`]); `None`: all of it. Concurrency and rate
+    /// are this shard's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<bench_workload::shard::Shard>,
+    /// When the measured run starts (`--start-at`, RFC 3339): shards on several hosts plan and
+    /// check the server first, then start together. Refused when already more than
+    /// [`START_AT_SLACK`] past; ignored by a resumed run.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub start_at: Option<time::OffsetDateTime>,
 }
+
+/// How far in the past `--start-at` may be when the run is started (clocks and process start
+/// differ by a little between hosts).
+pub const START_AT_SLACK: Duration = Duration::from_secs(5);
 
 /// Where requests go.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -478,6 +495,22 @@ fn invalid(m: impl Into<String>) -> RunError {
 }
 
 impl RunSpec {
+    /// A digest of everything that shapes what the run sends and how it is judged: the spec
+    /// without which shard it plays, when it starts and where its exports go. The shards of one
+    /// run share it; `bench merge` refuses shards whose digests differ. 32 hex digits.
+    pub fn config_digest(&self) -> String {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            for k in ["shard", "start_at", "exports"] {
+                o.remove(k);
+            }
+        }
+        format!(
+            "{:032x}",
+            xxhash_rust::xxh3::xxh3_128(v.to_string().as_bytes())
+        )
+    }
+
     /// Checks every value; the first problem is one line naming the field.
     pub fn validate(&self) -> Result<(), RunError> {
         let j = &self.judge;

@@ -84,9 +84,93 @@ pub struct RunJsonHead {
     /// The process that wrote it.
     #[serde(default)]
     pub pid: Option<u32>,
-    /// The plan's size.
+    /// The plan's size (the whole plan's, in a shard).
     #[serde(default)]
     pub plan: Option<PlanCounts>,
+    /// The bench that wrote it.
+    #[serde(default)]
+    pub tool_version: Option<String>,
+    /// The whole plan's digest (absent before sharding existed).
+    #[serde(default)]
+    pub plan_digest: Option<String>,
+    /// The run's configuration digest: the spec without its shard, start time and exports.
+    #[serde(default)]
+    pub config_digest: Option<String>,
+    /// The shard of the plan this run played (`--shard I/N`).
+    #[serde(default)]
+    pub shard: Option<ShardInfo>,
+    /// This host's clock against the server's (shards).
+    #[serde(default)]
+    pub clock: Option<ClockOffset>,
+    /// The shards a merged run was made of (`bench merge`).
+    #[serde(default)]
+    pub merged: Option<Merged>,
+}
+
+/// What one shard of a plan played, as its `run.json` records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ShardInfo {
+    /// 0-based index.
+    pub index: u32,
+    /// Shards in all.
+    pub count: u32,
+    /// Sessions this shard plays.
+    pub sessions: u64,
+    /// Their turns.
+    pub turns: u64,
+    /// Their planned tokens (what the partition balances).
+    pub planned_tokens: u64,
+}
+
+/// A host's clock against the server's, estimated from the server's HTTP `Date` header.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ClockOffset {
+    /// The server's clock minus this host's, s (the header's whole second taken at its middle,
+    /// against the middle of the request).
+    pub offset_s: f64,
+    /// The estimate is within ± this: half a second (the header's resolution) plus half the
+    /// request's round trip.
+    pub uncertainty_s: f64,
+}
+
+/// How a merged run directory was made (`bench merge`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Merged {
+    /// Shards in the plan.
+    pub count: u32,
+    /// Some shards are missing or did not finish (`--partial`).
+    pub partial: bool,
+    /// The shard indices not merged (missing).
+    #[serde(default)]
+    pub missing: Vec<u32>,
+    /// Each shard merged, by index.
+    pub shards: Vec<MergedShard>,
+}
+
+/// One shard of a merged run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MergedShard {
+    /// 0-based index.
+    pub index: u32,
+    /// Its run directory, as given to `bench merge`.
+    pub dir: String,
+    /// The host it ran on, when recorded.
+    pub host: Option<String>,
+    /// When its measured run started (UTC, RFC 3339): its records' times were shifted by its
+    /// distance from the earliest shard's start.
+    pub start_utc: Option<String>,
+    /// What its times were shifted by, s.
+    pub shift_s: f64,
+    /// Its clock against the server's, when recorded.
+    pub clock: Option<ClockOffset>,
+    /// Its concurrency (or in-flight cap).
+    pub concurrency: u32,
+    /// Whether it ran to its end (`run.stopped` and `result.json`).
+    pub finished: bool,
+    /// Its turn and session records.
+    pub turns: u64,
+    /// Its session records.
+    pub sessions: u64,
 }
 
 /// What a run directory holds.

@@ -550,8 +550,9 @@ async fn open_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, a: A
     let mut due = t0;
     // Trace arrivals: offsets from the earliest recorded start (the sessions are sorted).
     let trace = match a.process {
-        ArrivalProcess::Trace { time_scale } => (ph.sessions.len() > 0)
-            .then(|| (trace_offset_ms(ph.sessions.get(0)), time_scale)),
+        ArrivalProcess::Trace { time_scale } => {
+            (ph.sessions.len() > 0).then(|| (trace_offset_ms(ph.sessions.get(0)), time_scale))
+        }
         _ => None,
     };
     // Take the session first: when the pool is used up the loop ends now, not one

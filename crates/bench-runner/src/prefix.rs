@@ -20,8 +20,8 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Bytes per piece (about 32 tokens of text at ~4 bytes per token).
 pub(crate) const CHUNK: usize = 128;
@@ -141,9 +141,7 @@ impl Chain {
     /// The hashes of pieces `from..`, shared ones first.
     fn hashes_from(&self, from: usize) -> impl Iterator<Item = &u64> {
         let base = self.base();
-        base.iter()
-            .chain(self.own.hashes.iter())
-            .skip(from)
+        base.iter().chain(self.own.hashes.iter()).skip(from)
     }
 
     fn tokens_at(&self, pieces: usize) -> u64 {
@@ -152,7 +150,9 @@ impl Chain {
             n => n - 1,
         };
         let base = self.base.as_ref().map_or(&[][..], |b| &b.tokens[..]);
-        let t = base.get(n).or_else(|| self.own.tokens.get(n - base.len().min(n)));
+        let t = base
+            .get(n)
+            .or_else(|| self.own.tokens.get(n - base.len().min(n)));
         t.map_or(0, |t| t.floor() as u64)
     }
 }

@@ -27,6 +27,7 @@ pub mod format;
 pub mod import;
 pub mod load;
 pub mod plan;
+pub mod shard;
 pub mod text;
 pub mod tokenize;
 pub mod write;

@@ -14,6 +14,7 @@ mod resume;
 mod run;
 mod secrets;
 mod serve;
+mod shards;
 mod status;
 mod sweep;
 mod tls;

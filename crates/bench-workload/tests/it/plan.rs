@@ -924,11 +924,89 @@ fn a_system_prompt_does_not_load_the_embedded_tokenizer_and_its_count_is_exact()
     for target in [1u32, 17, 2000, 8192] {
         let fresh = TokenCounter::load(&TokenizerSpec::Qwen3).unwrap();
         let sp = bench_workload::plan::system_prompt(&fresh, target);
-        assert!(!fresh.is_loaded(), "target {target}: the tokenizer was loaded");
+        assert!(
+            !fresh.is_loaded(),
+            "target {target}: the tokenizer was loaded"
+        );
         assert_eq!(sp.actual_tokens, target);
         assert_eq!(ref_count(&sp.text), u64::from(target), "target {target}");
         // The same text as with the tokenizer loaded: a plan does not depend on what was
         // counted before it.
-        assert_eq!(bench_workload::plan::system_prompt(qwen3(), target).text, sp.text);
+        assert_eq!(
+            bench_workload::plan::system_prompt(qwen3(), target).text,
+            sp.text
+        );
     }
+}
+
+/// 60 sessions of 1 to 7 turns of differing lengths: weights that do not split evenly.
+fn uneven_trace(name: &str) -> PathBuf {
+    let d = tempdir(name);
+    let lines: Vec<String> = (0..60)
+        .map(|k| {
+            let turns: Vec<(String, String)> = (0..(k % 7) + 1)
+                .map(|t| ("word ".repeat(10 + (k * 13 + t * 7) % 90), "ok".into()))
+                .collect();
+            let refs: Vec<(&str, &str)> = turns
+                .iter()
+                .map(|(u, a)| (u.as_str(), a.as_str()))
+                .collect();
+            session(&format!("s{k}"), &refs).to_string()
+        })
+        .collect();
+    write_lines(&d.join("trace.jsonl"), &lines);
+    d
+}
+
+#[test]
+fn shards_partition_the_plan_exactly_balanced_and_alike_on_every_host() {
+    use bench_workload::shard::{Shard, assignment, keep_shard, plan_digest, planned_tokens};
+    let d = uneven_trace("shards");
+    let whole = plan(path_cfg(&d)).unwrap();
+    // A second host plans the same flags on its own (a fresh tokenizer, nothing shared).
+    let again = build_plan_with(
+        path_cfg(&d),
+        &TokenCounter::load(&TokenizerSpec::Qwen3).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(plan_digest(&whole), plan_digest(&again));
+    assert_eq!(assignment(&whole, 4), assignment(&again, 4));
+    let heaviest = whole.sessions.iter().map(planned_tokens).max().unwrap();
+    let mut seen = std::collections::BTreeMap::new();
+    let mut loads = Vec::new();
+    for i in 0..4 {
+        let mut p = whole.clone();
+        let info = keep_shard(&mut p, Shard::new(i, 4).unwrap());
+        assert_eq!(info.sessions, p.sessions.len() as u64);
+        assert_eq!(
+            info.planned_tokens,
+            p.sessions.iter().map(planned_tokens).sum::<u64>()
+        );
+        // A shard keeps the plan's order.
+        let pos: Vec<usize> = p
+            .sessions
+            .iter()
+            .map(|s| whole.sessions.iter().position(|w| w.id == s.id).unwrap())
+            .collect();
+        assert!(pos.windows(2).all(|w| w[0] < w[1]), "shard {i}: {pos:?}");
+        for s in &p.sessions {
+            assert!(seen.insert(s.id.clone(), i).is_none(), "{} twice", s.id);
+        }
+        loads.push(info.planned_tokens);
+    }
+    // Every session in exactly one shard.
+    assert_eq!(seen.len(), whole.sessions.len());
+    // Balanced: no two shards differ by more than the heaviest session.
+    let (lo, hi) = (*loads.iter().min().unwrap(), *loads.iter().max().unwrap());
+    assert!(hi - lo <= heaviest, "loads {loads:?}, heaviest {heaviest}");
+    // A different seed is a different plan (the random dataset's text and waits come from it).
+    let mut cfg = PlanConfig::new(DatasetSpec::Random(SyntheticSpec::default()));
+    cfg.num_sessions = Some(8);
+    let a = plan(cfg.clone()).unwrap();
+    cfg.seed = 1;
+    let b = plan(cfg).unwrap();
+    assert_ne!(plan_digest(&a), plan_digest(&b));
+    // One shard of one is the whole plan.
+    let mut p = whole.clone();
+    assert_eq!(keep_shard(&mut p, Shard::new(0, 1).unwrap()).sessions, 60);
 }

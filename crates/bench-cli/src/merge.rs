@@ -1,0 +1,56 @@
+//! `bench merge`: the run directories of a sharded run put back together
+//! ([`bench_run::merge`]).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::{CliError, out};
+
+/// `bench merge` flags.
+#[derive(Debug, Clone, Args)]
+pub struct MergeCmd {
+    /// The shards' run directories (`bench run --shard I/N --run-dir DIR`), in any order.
+    #[arg(required = true, value_name = "SHARD_DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// The merged run directory to write (must not exist, or be empty).
+    #[arg(short, long, value_name = "DIR")]
+    pub output: PathBuf,
+    /// Merge even when shards are missing or did not finish; the result's validity then fails
+    /// its `shards` check, naming them.
+    #[arg(long)]
+    pub partial: bool,
+    /// Print the merged result.json instead of a summary line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `bench merge`.
+pub fn run_merge(args: MergeCmd) -> Result<(), CliError> {
+    let m = bench_run::merge::merge(&args.dirs, &args.output, args.partial)
+        .map_err(crate::run::run_error)?;
+    for n in &m.notes {
+        eprintln!("bench merge: {n}");
+    }
+    if args.json {
+        let text = serde_json::to_string_pretty(&m.result)
+            .map_err(|e| CliError::Failed(format!("cannot encode the result: {e}")))?;
+        return out(&format!("{text}\n"));
+    }
+    let s = &m.result.summary;
+    let verdict = m
+        .result
+        .validity
+        .as_ref()
+        .map_or("-", |v| v.verdict.as_str());
+    out(&format!(
+        "bench merge: {} of {} shards{} → {}: {} turns ok, {} failed, {} sessions; validity {verdict}\n",
+        m.merged.shards.len(),
+        m.merged.count,
+        if m.merged.partial { " (partial)" } else { "" },
+        m.dir.display(),
+        s.turns_ok,
+        s.turns_failed,
+        m.result.sessions.as_ref().map_or(0, |x| x.plays),
+    ))
+}
