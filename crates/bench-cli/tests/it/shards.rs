@@ -219,6 +219,12 @@ fn merge_refuses_shards_of_other_runs_missing_twice_given_or_unfinished() {
     assert!(o.status.success());
     stop_sim(sim);
 
+    // The merged result, with its `shards` check, is what the committed schema describes.
+    let schema_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/result.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+
     let refused = |dirs: Vec<PathBuf>, extra: &[&str], want: &str| {
         let out_dir = root.join(format!("m-{}", want.len()));
         let o = merge(&dirs, &out_dir, extra);
@@ -277,6 +283,8 @@ fn merge_refuses_shards_of_other_runs_missing_twice_given_or_unfinished() {
         .unwrap()
         .clone();
     assert_eq!(check["status"], "fail");
+    let errors: Vec<String> = validator.iter_errors(&r).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
     let text = check["explanation"].as_str().unwrap();
     assert!(
         text.contains("missing 3") && text.contains("unfinished 2"),
