@@ -487,6 +487,15 @@ async fn launch(
     let shard = spec
         .shard
         .map(|s| bench_workload::shard::keep_shard(&mut plan, s));
+    if let (Some(s), Some(info)) = (spec.shard, shard) {
+        if info.sessions == 0 {
+            return Err(RunError::Invalid(format!(
+                "--shard {s}: this shard has no session (the plan has {} for {} shards): use \
+                 fewer shards or a larger pool (--num-sessions)",
+                plan.summary.sessions, s.count
+            )));
+        }
+    }
     if let Load::Open { arrival, .. } = &mut spec.load {
         if let bench_runner::ArrivalProcess::Trace { time_scale } = arrival.process {
             let rate = trace_rate(&plan, time_scale)?;

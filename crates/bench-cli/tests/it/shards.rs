@@ -333,6 +333,20 @@ fn shard_flags_are_checked_before_any_turn() {
     let o = run(&["run", "--start-at", "tomorrow", "-q"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("RFC 3339"));
+    // A shard left without a session (more shards than sessions) says so before any turn.
+    let o = run(&random_run_args(
+        1,
+        2,
+        &tempdir("shards-empty").join("r"),
+        &["--shard", "3/4", "-q"],
+    ));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("this shard has no session (the plan has 2 for 4 shards)"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // With the index from the environment, the run records its shard.
     let dir = tempdir("shards-env");
     let o = bench()
