@@ -72,6 +72,10 @@ pub struct JourneysCmd {
     /// Write the versioned JSON report to FILE.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Record the run in RUN_DIR (run.json, events.jsonl, report.json), as `bench status`
+    /// and `bench merge` read it.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub run_dir: Option<PathBuf>,
     /// Write a markdown summary (for PR comments) to FILE.
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
@@ -103,6 +107,23 @@ pub struct JourneysCmd {
     /// completions (their descriptions name the chat path).
     #[arg(long, default_value = "chat", value_name = "API")]
     pub endpoint: bench_transport::Endpoint,
+    /// Play shard I of N (0-based) of the suite's journey runs (the (journey, run) pairs in
+    /// order, every N-th from the I-th), with --run-dir; `bench merge` puts the shards' reports
+    /// together. Give --runs of at least N / (journeys) so every shard has a run.
+    #[arg(
+        long,
+        value_name = "I/N",
+        conflicts_with = "shards",
+        requires = "run_dir"
+    )]
+    pub shard: Option<bench_workload::shard::Shard>,
+    /// Play one of N shards, I taken from JOB_COMPLETION_INDEX (Kubernetes Indexed Jobs).
+    #[arg(long, value_name = "N", requires = "run_dir")]
+    pub shards: Option<u32>,
+    /// Start timing at this UTC time (RFC 3339), so that shards on several hosts start
+    /// together. Refused when already more than 5 s past.
+    #[arg(long, value_name = "UTC_TIME", value_parser = crate::run_args::parse_start_at)]
+    pub start_at: Option<time::OffsetDateTime>,
     /// TLS for an https:// --base-url.
     #[command(flatten)]
     pub tls: crate::TlsArgs,
@@ -135,7 +156,17 @@ impl JourneysCmd {
                 )));
             }
         }
+        let shard = match (self.shard, self.shards) {
+            (Some(s), _) => Some(s),
+            (None, Some(n)) => Some(crate::run_args::shard_from_env(
+                n,
+                std::env::var("JOB_COMPLETION_INDEX").ok().as_deref(),
+            )?),
+            (None, None) => None,
+        };
         Ok(JourneysSpec {
+            shard,
+            start_at: self.start_at,
             params,
             pack: self.pack.clone(),
             file: self.file.clone(),
@@ -224,6 +255,7 @@ pub async fn run_journeys(args: JourneysCmd) -> Result<(), CliError> {
     let options = JourneysOptions {
         headers,
         secret_headers: args.secret_headers.clone(),
+        run_dir: args.run_dir.clone(),
         on_run: Some(on_run),
         notices: Some(Arc::new(|n| match n {
             Notice::Info(m) => eprintln!("{m}"),

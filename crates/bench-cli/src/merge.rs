@@ -20,7 +20,7 @@ pub struct MergeCmd {
     /// its `shards` check, naming them.
     #[arg(long)]
     pub partial: bool,
-    /// Print the merged result.json instead of a summary line.
+    /// Print the merged result.json (a journeys run: report.json) instead of a summary line.
     #[arg(long)]
     pub json: bool,
 }
@@ -32,17 +32,32 @@ pub fn run_merge(args: MergeCmd) -> Result<(), CliError> {
     for n in &m.notes {
         eprintln!("bench merge: {n}");
     }
+    if let Some(r) = &m.journeys {
+        if args.json {
+            let text = serde_json::to_string_pretty(r)
+                .map_err(|e| CliError::Failed(format!("cannot encode the report: {e}")))?;
+            return out(&format!("{text}\n"));
+        }
+        let runs: usize = r.journeys.values().map(|j| j.runs.len()).sum();
+        return out(&format!(
+            "bench merge: {} of {} journeys shards{} → {}: {} journeys, {runs} journey runs\n",
+            m.merged.shards.len(),
+            m.merged.count,
+            if m.merged.partial { " (partial)" } else { "" },
+            m.dir.display(),
+            r.journeys.len(),
+        ));
+    }
+    let Some(result) = &m.result else {
+        return Err(CliError::Failed("bench merge wrote no result".into()));
+    };
     if args.json {
-        let text = serde_json::to_string_pretty(&m.result)
+        let text = serde_json::to_string_pretty(result)
             .map_err(|e| CliError::Failed(format!("cannot encode the result: {e}")))?;
         return out(&format!("{text}\n"));
     }
-    let s = &m.result.summary;
-    let verdict = m
-        .result
-        .validity
-        .as_ref()
-        .map_or("-", |v| v.verdict.as_str());
+    let s = &result.summary;
+    let verdict = result.validity.as_ref().map_or("-", |v| v.verdict.as_str());
     out(&format!(
         "bench merge: {} of {} shards{} → {}: {} turns ok, {} failed, {} sessions; validity {verdict}\n",
         m.merged.shards.len(),
@@ -51,6 +66,6 @@ pub fn run_merge(args: MergeCmd) -> Result<(), CliError> {
         m.dir.display(),
         s.turns_ok,
         s.turns_failed,
-        m.result.sessions.as_ref().map_or(0, |x| x.plays),
+        result.sessions.as_ref().map_or(0, |x| x.plays),
     ))
 }

@@ -20,7 +20,7 @@ use crate::run::run_error;
 const SHARDING: &str = "Sharding (several client machines)";
 
 /// `--start-at`: an RFC 3339 time.
-fn parse_start_at(s: &str) -> Result<time::OffsetDateTime, String> {
+pub fn parse_start_at(s: &str) -> Result<time::OffsetDateTime, String> {
     time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
         .map_err(|e| format!("{s:?} is not an RFC 3339 time such as 2026-12-02T10:00:00Z ({e})"))
 }

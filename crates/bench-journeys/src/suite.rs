@@ -20,6 +20,21 @@ pub struct SuiteConfig {
     pub requests: u32,
     /// Repetitions of every journey.
     pub runs: u32,
+    /// Play only shard `(index, count)` of the suite's journey runs (`--shard I/N`): the
+    /// (journey, run) pairs in order, every `count`-th from the `index`-th ([`in_shard`]).
+    pub shard: Option<(u32, u32)>,
+}
+
+/// Whether the `k`-th (journey, run) pair of a suite (0-based, journeys in order, each
+/// journey's runs in order) is in `shard` (`(index, count)`; `None`: every pair is).
+pub fn in_shard(k: u32, shard: Option<(u32, u32)>) -> bool {
+    shard.is_none_or(|(i, n)| k % n.max(1) == i)
+}
+
+/// How many (journey, run) pairs of `journeys` journeys with `runs` runs each `shard` plays.
+pub fn plays_in_shard(journeys: usize, runs: u32, shard: Option<(u32, u32)>) -> u32 {
+    let all = journeys as u32 * runs.max(1);
+    (0..all).filter(|k| in_shard(*k, shard)).count() as u32
 }
 
 impl Default for SuiteConfig {
@@ -30,6 +45,7 @@ impl Default for SuiteConfig {
             concurrency: 1,
             requests: 200,
             runs: 1,
+            shard: None,
         }
     }
 }
@@ -116,6 +132,7 @@ pub async fn run_suite_observed(
     on_op: &(dyn Fn(&OpEvent<'_>) + Sync),
 ) -> BTreeMap<String, JourneyReport> {
     let mut out = BTreeMap::new();
+    let mut pair = 0u32;
     for j in journeys {
         let mode = mode_of(j.as_ref(), cfg);
         let (requests, concurrency) = match mode {
@@ -124,6 +141,11 @@ pub async fn run_suite_observed(
         };
         let mut rows = Vec::new();
         for n in 1..=cfg.runs.max(1) {
+            let mine = in_shard(pair, cfg.shard);
+            pair += 1;
+            if !mine {
+                continue;
+            }
             if cancel.is_cancelled() {
                 break;
             }

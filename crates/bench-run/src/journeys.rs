@@ -101,6 +101,17 @@ pub struct JourneysSpec {
     /// `{{env.NAME}}` in the file instead.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub params: BTreeMap<String, String>,
+    /// Play shard I of N of the suite's (journey, run) pairs (`--shard I/N`: the pairs in
+    /// order, every N-th from the I-th); `bench merge` puts the shards' reports together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<bench_workload::shard::Shard>,
+    /// Start timing at this instant (`--start-at`), so that shards on several hosts start
+    /// together; refused when more than [`crate::spec::START_AT_SLACK`] past.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub start_at: Option<time::OffsetDateTime>,
 }
 
 impl Default for JourneysSpec {
@@ -124,6 +135,8 @@ impl Default for JourneysSpec {
             tls: bench_transport::TlsOptions::default(),
             endpoint: bench_transport::Endpoint::Chat,
             params: BTreeMap::new(),
+            shard: None,
+            start_at: None,
         }
     }
 }
@@ -281,7 +294,22 @@ impl JourneysSpec {
             concurrency: self.concurrency.max(1),
             requests: self.requests,
             runs: self.runs,
+            shard: self.shard.map(|s| (s.index, s.count)),
         }
+    }
+
+    /// A digest of the spec without its shard and start time: the shards of one journeys
+    /// run share it (`bench merge` checks).
+    pub fn config_digest(&self) -> String {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("shard");
+            o.remove("start_at");
+        }
+        format!(
+            "{:032x}",
+            xxhash_rust::xxh3::xxh3_128(v.to_string().as_bytes())
+        )
     }
 
     /// The gates.
@@ -342,6 +370,12 @@ struct JourneysRunJson<'a> {
     pid: u32,
     base_url: &'a str,
     header_names: Vec<&'a str>,
+    /// The journeys in the order the suite plays them, with their runs: what shards partition.
+    plan_digest: String,
+    config_digest: String,
+    /// A shard's part: `sessions` and `turns` count its (journey, run) pairs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shard: Option<bench_workload::shard::ShardInfo>,
 }
 
 /// Stops a journeys run from anywhere (clonable, `Send`).
@@ -474,6 +508,7 @@ async fn start_checked(
     options: JourneysOptions,
 ) -> Result<JourneysHandle, RunError> {
     let journeys = spec.check()?;
+    crate::check_start_at(spec.start_at, time::OffsetDateTime::now_utc())?;
     let cfg = spec.suite_config();
     // One descriptor per operation in flight (two with the embedded simulator) and slack.
     lifecycle::ensure_open_files(
@@ -491,7 +526,7 @@ async fn start_checked(
                 .map_err(|e| invalid(e.to_string()))?,
         ),
     };
-    match prepare(&spec, &options, embedded.as_ref()) {
+    match prepare(&spec, &options, &journeys, embedded.as_ref()) {
         Ok((env, events)) => Ok(spawn(spec, options, journeys, env, events, embedded)),
         Err(e) => {
             if let Some(s) = embedded {
@@ -506,6 +541,7 @@ async fn start_checked(
 fn prepare(
     spec: &JourneysSpec,
     options: &JourneysOptions,
+    journeys: &[Arc<dyn Journey>],
     embedded: Option<&SimServer>,
 ) -> Result<(Env, Arc<Events>), RunError> {
     let base_url = match (embedded, &spec.base_url) {
@@ -537,6 +573,22 @@ fn prepare(
                     pid: std::process::id(),
                     base_url: &client.base_url(),
                     header_names: options.headers.iter().map(|(k, _)| k.as_str()).collect(),
+                    plan_digest: journeys_digest(journeys, spec.runs),
+                    config_digest: spec.config_digest(),
+                    shard: spec.shard.map(|s| {
+                        let n = u64::from(bench_journeys::suite::plays_in_shard(
+                            journeys.len(),
+                            spec.runs,
+                            Some((s.index, s.count)),
+                        ));
+                        bench_workload::shard::ShardInfo {
+                            index: s.index,
+                            count: s.count,
+                            sessions: n,
+                            turns: n,
+                            planned_tokens: 0,
+                        }
+                    }),
                 },
                 &options.secrets,
             )?;
@@ -556,6 +608,17 @@ fn prepare(
         Env::new(client).with_endpoint(spec.endpoint),
         Arc::new(events),
     ))
+}
+
+/// The journeys in suite order and their run count: what a journeys run's shards partition.
+fn journeys_digest(journeys: &[Arc<dyn Journey>], runs: u32) -> String {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&runs.to_le_bytes());
+    for j in journeys {
+        h.update(&(j.name().len() as u64).to_le_bytes());
+        h.update(j.name().as_bytes());
+    }
+    format!("{:032x}", h.digest128())
 }
 
 fn spawn(
@@ -633,6 +696,17 @@ fn spawn(
                 f(name, &secrets.scrub_value(row.clone()));
             }
         };
+        // `--start-at`: wait for it, a cancel ending the wait.
+        if let Some(at) = spec.start_at {
+            loop {
+                let ahead = at - time::OffsetDateTime::now_utc();
+                if !ahead.is_positive() || c.cancel.is_cancelled() {
+                    break;
+                }
+                let step = ahead.as_seconds_f64().min(0.1);
+                tokio::time::sleep(Duration::from_secs_f64(step)).await;
+            }
+        }
         let results =
             bench_journeys::run_suite_observed(&journeys, &env, &cfg, &c.cancel, on_run, &on_op)
                 .await;
@@ -641,7 +715,7 @@ fn spawn(
         }
         // Every journey ran every run to its last operation, or the cancel cut the suite.
         let played: u32 = results.values().map(|j| j.runs.len() as u32).sum();
-        let planned = journeys.len() as u32 * cfg.runs;
+        let planned = bench_journeys::suite::plays_in_shard(journeys.len(), cfg.runs, cfg.shard);
         let cut = played < planned || results.values().flat_map(|j| &j.runs).any(|r| r.cancelled);
         let modes: serde_json::Map<String, serde_json::Value> = journeys
             .iter()

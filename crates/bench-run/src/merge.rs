@@ -40,8 +40,10 @@ pub struct MergeOutcome {
     pub dir: PathBuf,
     /// How it was made (also in its `run.json`).
     pub merged: Merged,
-    /// Its `result.json`.
-    pub result: bench_report::RunResult,
+    /// Its `result.json` (a replay run).
+    pub result: Option<bench_report::RunResult>,
+    /// Its `report.json` (a journeys run).
+    pub journeys: Option<bench_journeys::Report>,
     /// Records set aside while reading the shards (torn last lines), one line each.
     pub notes: Vec<String>,
 }
@@ -92,81 +94,25 @@ pub fn merge(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOutcome
         )));
     }
     let mut notes = Vec::new();
+    if head_of(&dirs[0]).is_some_and(|h| h.kind == RunKind::Journeys) {
+        return merge_journeys(dirs, out, partial);
+    }
     let mut shards = Vec::with_capacity(dirs.len());
     for d in dirs {
         shards.push(read_shard(d, &mut notes)?);
     }
-    // One run: the same plan, configuration and shard count.
-    let first = &shards[0];
-    for s in &shards[1..] {
-        let same = |a: &Option<String>, b: &Option<String>| a.is_some() && a == b;
-        if !same(&s.head.plan_digest, &first.head.plan_digest) {
-            return Err(invalid(format!(
-                "{}: a different plan from {} (plan digests {} and {}): the shards of one run \
-                 are planned from the same flags and --seed",
-                s.dir.display(),
-                first.dir.display(),
-                s.head.plan_digest.as_deref().unwrap_or("-"),
-                first.head.plan_digest.as_deref().unwrap_or("-"),
-            )));
-        }
-        if !same(&s.head.config_digest, &first.head.config_digest) {
-            return Err(invalid(format!(
-                "{}: a different configuration from {} (config digests {} and {}): the shards \
-                 of one run are started with the same flags",
-                s.dir.display(),
-                first.dir.display(),
-                s.head.config_digest.as_deref().unwrap_or("-"),
-                first.head.config_digest.as_deref().unwrap_or("-"),
-            )));
-        }
-        if s.count != first.count {
-            return Err(invalid(format!(
-                "{}: shard {}/{} but {} is shard {}/{}: the shards of one run have one count",
-                s.dir.display(),
-                s.index,
-                s.count,
-                first.dir.display(),
-                first.index,
-                first.count
-            )));
-        }
-    }
-    let count = first.count;
     shards.sort_by_key(|s| s.index);
-    for w in shards.windows(2) {
-        if w[0].index == w[1].index {
-            return Err(invalid(format!(
-                "shard {} of {count} given twice: {} and {}",
-                w[0].index,
-                w[0].dir.display(),
-                w[1].dir.display()
-            )));
-        }
-    }
-    let missing: Vec<u32> = (0..count)
-        .filter(|i| !shards.iter().any(|s| s.index == *i))
+    let members: Vec<Member<'_>> = shards
+        .iter()
+        .map(|s| Member {
+            dir: &s.dir,
+            head: &s.head,
+            index: s.index,
+            count: s.count,
+            finished: s.finished,
+        })
         .collect();
-    if !missing.is_empty() && !partial {
-        return Err(invalid(format!(
-            "missing shard{} {} of {count}: give every shard's run directory (or --partial to \
-             merge what is there, marked as partial)",
-            if missing.len() == 1 { "" } else { "s" },
-            join(&missing)
-        )));
-    }
-    if !partial {
-        if let Some(s) = shards.iter().find(|s| !s.finished) {
-            return Err(invalid(format!(
-                "{}: shard {} of {count} did not finish (no run.stopped in events.jsonl or no \
-                 result.json): finish it with `bench run --resume {}`, or merge without its \
-                 missing part with --partial",
-                s.dir.display(),
-                s.index,
-                s.dir.display()
-            )));
-        }
-    }
+    let (count, missing) = check_set(&members, partial)?;
 
     // One timeline: the earliest shard's start is 0.
     let origin = shards
@@ -268,9 +214,95 @@ pub fn merge(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOutcome
     Ok(MergeOutcome {
         dir: out.to_path_buf(),
         merged,
-        result,
+        result: Some(result),
+        journeys: None,
         notes,
     })
+}
+
+/// One shard's identity, for the checks every merge makes.
+struct Member<'a> {
+    dir: &'a Path,
+    head: &'a RunJsonHead,
+    index: u32,
+    count: u32,
+    finished: bool,
+}
+
+/// Checks `members` (sorted by index) are the shards of one run: one plan, one configuration,
+/// one count, no index twice, none missing and all finished (the last two allowed with
+/// `partial`). Returns the count and the missing indices.
+fn check_set(members: &[Member<'_>], partial: bool) -> Result<(u32, Vec<u32>), RunError> {
+    let first = &members[0];
+    for s in &members[1..] {
+        let same = |a: &Option<String>, b: &Option<String>| a.is_some() && a == b;
+        if !same(&s.head.plan_digest, &first.head.plan_digest) {
+            return Err(invalid(format!(
+                "{}: a different plan from {} (plan digests {} and {}): the shards of one run \
+                 are planned from the same flags and --seed",
+                s.dir.display(),
+                first.dir.display(),
+                s.head.plan_digest.as_deref().unwrap_or("-"),
+                first.head.plan_digest.as_deref().unwrap_or("-"),
+            )));
+        }
+        if !same(&s.head.config_digest, &first.head.config_digest) {
+            return Err(invalid(format!(
+                "{}: a different configuration from {} (config digests {} and {}): the shards \
+                 of one run are started with the same flags",
+                s.dir.display(),
+                first.dir.display(),
+                s.head.config_digest.as_deref().unwrap_or("-"),
+                first.head.config_digest.as_deref().unwrap_or("-"),
+            )));
+        }
+        if s.count != first.count {
+            return Err(invalid(format!(
+                "{}: shard {}/{} but {} is shard {}/{}: the shards of one run have one count",
+                s.dir.display(),
+                s.index,
+                s.count,
+                first.dir.display(),
+                first.index,
+                first.count
+            )));
+        }
+    }
+    let count = first.count;
+    for w in members.windows(2) {
+        if w[0].index == w[1].index {
+            return Err(invalid(format!(
+                "shard {} of {count} given twice: {} and {}",
+                w[0].index,
+                w[0].dir.display(),
+                w[1].dir.display()
+            )));
+        }
+    }
+    let missing: Vec<u32> = (0..count)
+        .filter(|i| !members.iter().any(|s| s.index == *i))
+        .collect();
+    if !missing.is_empty() && !partial {
+        return Err(invalid(format!(
+            "missing shard{} {} of {count}: give every shard's run directory (or --partial to \
+             merge what is there, marked as partial)",
+            if missing.len() == 1 { "" } else { "s" },
+            join(&missing)
+        )));
+    }
+    if !partial {
+        if let Some(s) = members.iter().find(|s| !s.finished) {
+            return Err(invalid(format!(
+                "{}: shard {} of {count} did not finish (no run.stopped in events.jsonl, or no \
+                 result): finish it with `bench run --resume {}`, or merge without its missing \
+                 part with --partial",
+                s.dir.display(),
+                s.index,
+                s.dir.display()
+            )));
+        }
+    }
+    Ok((count, missing))
 }
 
 /// The session plays of one shard as sorted starts and ends, for "how many were active at t".
@@ -314,6 +346,188 @@ fn shift_turn(t: &mut TurnRecord, sh: f64) {
     for a in &mut t.failed_attempts {
         a.end_s += sh;
     }
+}
+
+/// The `run.json` head of `dir`, when it reads.
+fn head_of(dir: &Path) -> Option<RunJsonHead> {
+    let b = std::fs::read(crate::report::run_dir_of(dir).join(files::RUN_JSON)).ok()?;
+    serde_json::from_slice(&b).ok()
+}
+
+/// A journeys run's shards (`bench journeys --shard I/N`): every journey's run rows from every
+/// shard, each journey's summary recomputed over all of them.
+fn merge_journeys(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOutcome, RunError> {
+    struct J {
+        dir: PathBuf,
+        run_json: serde_json::Value,
+        head: RunJsonHead,
+        shard: bench_rundir::ShardInfo,
+        report: Option<bench_journeys::Report>,
+        stopped: Option<(StopBy, String)>,
+        opened: Option<Opened>,
+    }
+    let mut notes = Vec::new();
+    let mut shards = Vec::new();
+    for d in dirs {
+        let dir = crate::report::run_dir_of(d);
+        let at = |what: &str| invalid(format!("{}: {what}", dir.display()));
+        let b = std::fs::read(dir.join(files::RUN_JSON))
+            .map_err(|_| at("not a run directory (no readable run.json)"))?;
+        let run_json: serde_json::Value =
+            serde_json::from_slice(&b).map_err(|e| at(&format!("run.json: {e}")))?;
+        let head: RunJsonHead =
+            serde_json::from_value(run_json.clone()).map_err(|e| at(&format!("run.json: {e}")))?;
+        if head.kind != RunKind::Journeys {
+            return Err(at(&format!(
+                "a {} run among the shards of a journeys run",
+                head.kind.as_str()
+            )));
+        }
+        if head.merged.is_some() {
+            return Err(at(
+                "already a merged run (merge the shards' own directories)",
+            ));
+        }
+        let Some(shard) = head.shard else {
+            return Err(at(
+                "not a shard (its run.json has no shard: it was not run with --shard I/N or --shards N)",
+            ));
+        };
+        let report = bench_journeys::Report::read(&dir.join(files::JOURNEYS_REPORT)).ok();
+        let events = read_jsonl::<EventLine>(&dir.join(files::EVENTS), Strict::No, &mut notes)
+            .map_err(invalid)?;
+        let (mut stopped, mut opened) = (None, None);
+        for e in events {
+            match e.event {
+                LifecycleEvent::Stopped { by, reason } => stopped = Some((by, reason)),
+                LifecycleEvent::Started(o) => opened = Some(o),
+                _ => {}
+            }
+        }
+        shards.push(J {
+            dir,
+            run_json,
+            head,
+            shard,
+            report,
+            stopped,
+            opened,
+        });
+    }
+    shards.sort_by_key(|s| s.shard.index);
+    let finished = |s: &J| s.report.is_some() && s.stopped.is_some();
+    let members: Vec<Member<'_>> = shards
+        .iter()
+        .map(|s| Member {
+            dir: &s.dir,
+            head: &s.head,
+            index: s.shard.index,
+            count: s.shard.count,
+            finished: finished(s),
+        })
+        .collect();
+    let (count, missing) = check_set(&members, partial)?;
+    // Every journey's rows from every shard, in run order; the summary over all of them.
+    let mut journeys: std::collections::BTreeMap<String, bench_journeys::JourneyReport> =
+        std::collections::BTreeMap::new();
+    for r in shards.iter().filter_map(|s| s.report.as_ref()) {
+        for (name, j) in &r.journeys {
+            match journeys.get_mut(name) {
+                Some(m) => m.runs.extend(j.runs.iter().cloned()),
+                None => {
+                    journeys.insert(name.clone(), j.clone());
+                }
+            }
+        }
+    }
+    for j in journeys.values_mut() {
+        j.runs.sort_by_key(|r| r.run);
+        j.summary = bench_journeys::report::Summary::over(&j.runs);
+    }
+    let first_report = shards.iter().find_map(|s| s.report.as_ref());
+    let report = bench_journeys::suite::report(
+        journeys,
+        first_report.map_or(serde_json::Value::Null, |r| r.config.clone()),
+        first_report.and_then(|r| r.git_sha.clone()),
+        first_report.map_or(serde_json::Value::Null, |r| r.host.clone()),
+    );
+    let merged = Merged {
+        count,
+        partial: !missing.is_empty() || shards.iter().any(|s| !finished(s)),
+        missing,
+        shards: shards
+            .iter()
+            .map(|s| MergedShard {
+                index: s.shard.index,
+                dir: s.dir.display().to_string(),
+                host: s.opened.as_ref().and_then(|o| o.host.clone()),
+                start_utc: None,
+                shift_s: 0.0,
+                clock: s.head.clock,
+                concurrency: s
+                    .run_json
+                    .pointer("/spec/concurrency")
+                    .and_then(serde_json::Value::as_u64)
+                    .map_or(1, |c| u32::try_from(c).unwrap_or(u32::MAX)),
+                finished: finished(s),
+                turns: s.report.as_ref().map_or(0, |r| {
+                    r.journeys.values().map(|j| j.runs.len() as u64).sum()
+                }),
+                sessions: s.shard.sessions,
+            })
+            .collect(),
+    };
+    let mut run_json = shards[0].run_json.clone();
+    if let Some(o) = run_json.as_object_mut() {
+        for k in ["shard", "clock", "pid"] {
+            o.remove(k);
+        }
+        o.insert(
+            "merged".into(),
+            serde_json::to_value(&merged).unwrap_or_default(),
+        );
+    }
+    if let Some(spec) = run_json.get_mut("spec").and_then(|s| s.as_object_mut()) {
+        spec.remove("shard");
+        spec.remove("start_at");
+    }
+    std::fs::create_dir_all(out)
+        .map_err(|e| RunError::Failed(format!("cannot create {}: {e}", out.display())))?;
+    write_pretty(&out.join(files::RUN_JSON), &run_json)?;
+    write_pretty(&out.join(files::JOURNEYS_REPORT), &report)?;
+    let played: u64 = merged.shards.iter().map(|s| s.turns).sum();
+    let events = vec![
+        EventLine {
+            event: LifecycleEvent::Started(Opened {
+                host: Some(format!("{} shards merged", merged.shards.len())),
+                ..Opened::default()
+            }),
+            utc: report.generated_utc.clone(),
+        },
+        EventLine {
+            event: LifecycleEvent::Stopped {
+                by: shards
+                    .iter()
+                    .find_map(|s| s.stopped.as_ref().map(|(b, _)| *b))
+                    .unwrap_or(StopBy::Unknown),
+                reason: format!(
+                    "merged from {} of {} shards (bench merge{}): {played} journey runs",
+                    merged.shards.len(),
+                    merged.count,
+                    if merged.partial { " --partial" } else { "" },
+                ),
+            },
+            utc: report.generated_utc.clone(),
+        },
+    ];
+    write_lines(&out.join(files::EVENTS), &events)?;
+    Ok(MergeOutcome {
+        dir: out.to_path_buf(),
+        merged,
+        result: None,
+        journeys: Some(report),
+        notes,
+    })
 }
 
 fn read_shard(dir: &Path, notes: &mut Vec<String>) -> Result<ShardDir, RunError> {

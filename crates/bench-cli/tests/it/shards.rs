@@ -365,3 +365,70 @@ fn shard_flags_are_checked_before_any_turn() {
     assert_eq!(rj["shard"]["sessions"], 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn journeys_shards_merge_into_every_journey_run_once() {
+    let _serial = serial();
+    let (sim, url) = spawn_sim(&["--ttft-ms", "2", "--itl-ms", "1"]);
+    let root = tempdir("shards-journeys");
+    let dirs: Vec<PathBuf> = (0..3).map(|i| root.join(format!("j{i}"))).collect();
+    let children: Vec<_> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let shard = format!("{i}/3");
+            bench()
+                .args([
+                    "journeys",
+                    "--base-url",
+                    &url,
+                    "--iterations",
+                    "3",
+                    "--warmup",
+                    "1",
+                ])
+                .args([
+                    "--runs",
+                    "2",
+                    "--shard",
+                    &shard,
+                    "--run-dir",
+                    d.to_str().unwrap(),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    stop_sim(sim);
+    let merged = root.join("merged");
+    let o = merge(&dirs, &merged, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Every (journey, run) pair was played by exactly one shard, and all are in the merge.
+    let mut rows: std::collections::BTreeMap<String, Vec<bench_journeys::RunRow>> =
+        Default::default();
+    for d in &dirs {
+        let r = bench_journeys::Report::read(&d.join("report.json")).unwrap();
+        for (name, j) in r.journeys {
+            rows.entry(name).or_default().extend(j.runs);
+        }
+    }
+    let m = bench_journeys::Report::read(&merged.join("report.json")).unwrap();
+    assert_eq!(m.journeys.len(), 6, "the openai pack's six journeys");
+    for (name, j) in &m.journeys {
+        let mut runs: Vec<u32> = j.runs.iter().map(|r| r.run).collect();
+        runs.sort_unstable();
+        assert_eq!(runs, vec![1, 2], "{name}");
+        let mut mine = rows[name].clone();
+        mine.sort_by_key(|r| r.run);
+        assert_eq!(j.runs, mine, "{name}");
+        // The summary is recomputed over every shard's rows, not taken from one shard.
+        assert_eq!(j.summary, bench_journeys::Summary::over(&mine), "{name}");
+    }
+    let st = status_json(&merged);
+    assert_eq!(st["stopped"]["by"], "completed", "{st}");
+}
