@@ -369,30 +369,7 @@ fn merge_journeys(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOu
     let mut notes = Vec::new();
     let mut shards = Vec::new();
     for d in dirs {
-        let dir = crate::report::run_dir_of(d);
-        let at = |what: &str| invalid(format!("{}: {what}", dir.display()));
-        let b = std::fs::read(dir.join(files::RUN_JSON))
-            .map_err(|_| at("not a run directory (no readable run.json)"))?;
-        let run_json: serde_json::Value =
-            serde_json::from_slice(&b).map_err(|e| at(&format!("run.json: {e}")))?;
-        let head: RunJsonHead =
-            serde_json::from_value(run_json.clone()).map_err(|e| at(&format!("run.json: {e}")))?;
-        if head.kind != RunKind::Journeys {
-            return Err(at(&format!(
-                "a {} run among the shards of a journeys run",
-                head.kind.as_str()
-            )));
-        }
-        if head.merged.is_some() {
-            return Err(at(
-                "already a merged run (merge the shards' own directories)",
-            ));
-        }
-        let Some(shard) = head.shard else {
-            return Err(at(
-                "not a shard (its run.json has no shard: it was not run with --shard I/N or --shards N)",
-            ));
-        };
+        let (dir, run_json, head, shard) = read_head(d, RunKind::Journeys)?;
         let report = bench_journeys::Report::read(&dir.join(files::JOURNEYS_REPORT)).ok();
         let events = read_jsonl::<EventLine>(&dir.join(files::EVENTS), Strict::No, &mut notes)
             .map_err(invalid)?;
@@ -530,27 +507,42 @@ fn merge_journeys(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOu
     })
 }
 
-fn read_shard(dir: &Path, notes: &mut Vec<String>) -> Result<ShardDir, RunError> {
+/// A shard's run directory, its `run.json` and what it says: refused unless it is a shard
+/// of a run of `kind` (not a merged one).
+fn read_head(
+    dir: &Path,
+    kind: RunKind,
+) -> Result<
+    (
+        PathBuf,
+        serde_json::Value,
+        RunJsonHead,
+        bench_rundir::ShardInfo,
+    ),
+    RunError,
+> {
     let dir = crate::report::run_dir_of(dir);
     let at = |what: &str| invalid(format!("{}: {what}", dir.display()));
     if !dir.is_dir() {
         return Err(at("no such run directory"));
     }
-    let run_json_path = dir.join(files::RUN_JSON);
-    let run_json: serde_json::Value = match std::fs::read(&run_json_path) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map_err(|e| invalid(format!("{}: {e}", run_json_path.display())))?,
+    let path = dir.join(files::RUN_JSON);
+    let run_json: serde_json::Value = match std::fs::read(&path) {
+        Ok(b) => {
+            serde_json::from_slice(&b).map_err(|e| invalid(format!("{}: {e}", path.display())))?
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(at("not a run directory (no run.json)"));
         }
-        Err(e) => return Err(invalid(format!("{}: {e}", run_json_path.display()))),
+        Err(e) => return Err(invalid(format!("{}: {e}", path.display()))),
     };
     let head: RunJsonHead = serde_json::from_value(run_json.clone())
-        .map_err(|e| invalid(format!("{}: {e}", run_json_path.display())))?;
-    if head.kind != RunKind::Replay {
+        .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+    if head.kind != kind {
         return Err(at(&format!(
-            "a {} run: bench merge merges the shards of a replay run (bench run --shard)",
-            head.kind.as_str()
+            "a {} run among the shards of a {} run (bench merge merges the shards of one run)",
+            head.kind.as_str(),
+            kind.as_str()
         )));
     }
     if head.merged.is_some() {
@@ -563,6 +555,12 @@ fn read_shard(dir: &Path, notes: &mut Vec<String>) -> Result<ShardDir, RunError>
             "not a shard (its run.json has no shard: it was not run with --shard I/N or --shards N)",
         ));
     };
+    Ok((dir, run_json, head, shard))
+}
+
+fn read_shard(dir: &Path, notes: &mut Vec<String>) -> Result<ShardDir, RunError> {
+    let (dir, run_json, head, shard) = read_head(dir, RunKind::Replay)?;
+    let at = |what: &str| invalid(format!("{}: {what}", dir.display()));
     if head.plan_digest.is_none() || head.config_digest.is_none() {
         return Err(at("its run.json has no plan or config digest"));
     }
