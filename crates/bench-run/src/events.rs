@@ -97,8 +97,9 @@ impl Observer for Events {
 /// (unbuffered write) before the engine goes on.
 #[derive(Debug)]
 pub struct RunDirWriter {
-    turns: Mutex<File>,
-    sessions: Mutex<File>,
+    /// Each file with the buffer its lines are built in.
+    turns: Mutex<(File, Vec<u8>)>,
+    sessions: Mutex<(File, Vec<u8>)>,
     dir: PathBuf,
     errors: Mutex<Vec<String>>,
     secrets: Secrets,
@@ -112,8 +113,8 @@ impl RunDirWriter {
             source,
         })?;
         Ok(RunDirWriter {
-            turns: Mutex::new(jsonl::open_append(&dir.join(files::TURNS))?),
-            sessions: Mutex::new(jsonl::open_append(&dir.join(files::SESSIONS))?),
+            turns: Mutex::new((jsonl::open_append(&dir.join(files::TURNS))?, Vec::new())),
+            sessions: Mutex::new((jsonl::open_append(&dir.join(files::SESSIONS))?, Vec::new())),
             dir: dir.to_path_buf(),
             errors: Mutex::new(Vec::new()),
             secrets: Secrets::default(),
@@ -132,9 +133,12 @@ impl RunDirWriter {
         self.errors.lock().map(|e| e.clone()).unwrap_or_default()
     }
 
-    fn write(&self, file: &Mutex<File>, name: &str, value: &impl serde::Serialize) {
+    fn write(&self, file: &Mutex<(File, Vec<u8>)>, name: &str, value: &impl serde::Serialize) {
         let r = match file.lock() {
-            Ok(mut f) => jsonl::append(&mut f, value),
+            Ok(mut f) => {
+                let (f, buf) = &mut *f;
+                jsonl::append_with(f, buf, value)
+            }
             Err(_) => Ok(()),
         };
         if let Err(e) = r {

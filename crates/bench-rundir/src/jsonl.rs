@@ -112,9 +112,20 @@ pub fn read<T: DeserializeOwned>(path: &Path) -> Result<Lines<T>, IoError> {
 /// Appends one record as a line (one `write` call, so concurrent appenders never interleave
 /// within a line).
 pub fn append<T: Serialize>(file: &mut std::fs::File, record: &T) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(record)?;
-    line.push(b'\n');
-    file.write_all(&line)
+    append_with(file, &mut Vec::new(), record)
+}
+
+/// [`append`], building the line in `buf` (cleared first): a writer that keeps one buffer
+/// allocates nothing per record.
+pub fn append_with<T: Serialize>(
+    file: &mut std::fs::File,
+    buf: &mut Vec<u8>,
+    record: &T,
+) -> std::io::Result<()> {
+    buf.clear();
+    serde_json::to_writer(&mut *buf, record)?;
+    buf.push(b'\n');
+    file.write_all(buf)
 }
 
 /// Opens `path` for appending (created if missing).

@@ -27,16 +27,75 @@ const MAX_DEPTH: u32 = 64;
 
 /// Parses `data` when it has the common shape; `None` leaves it to serde.
 pub(crate) fn parse(data: &str) -> Option<Chunk<'_>> {
+    parse_with(data, &mut Memo::default())
+}
+
+/// What one stream's chunks have in common: the bytes of a chunk up to its `choices` value,
+/// when every member before that was skipped. Servers repeat `id`, `object`, `created` and
+/// `model` unchanged in every chunk of a stream, in the same order: over half of each chunk.
+///
+/// The parser is a function of the bytes it has read, so a chunk starting with the same bytes
+/// reaches the same state at their end (inside the outer object, at the `choices` value, no
+/// field read yet): [`parse_with`] compares those bytes and goes on from there. Whatever the
+/// next chunk holds, it is read exactly as without the memo.
+#[derive(Debug, Default)]
+pub(crate) struct Memo {
+    prefix: Vec<u8>,
+}
+
+/// The longest prefix a memo keeps (a chunk with more before `choices` is parsed in full).
+const MEMO_MAX: usize = 512;
+
+/// [`parse`], going on from where `memo` says the previous chunk's shared part ends, and
+/// noting it for the next.
+pub(crate) fn parse_with<'a>(data: &'a str, memo: &mut Memo) -> Option<Chunk<'a>> {
     let mut p = P {
         s: data,
         b: data.as_bytes(),
         i: 0,
     };
+    let mut top = Top::default();
+    if !memo.prefix.is_empty() && p.b.starts_with(&memo.prefix) {
+        // (The memo ends after the `:` and the whitespace that followed it there; this
+        // chunk may have more.)
+        p.i = memo.prefix.len();
+        p.ws();
+        top.member(&mut p, "choices")?;
+        if p.next_member()? {
+            p.members_rest(|p, key| top.member(p, key))?;
+        }
+    } else {
+        p.ws();
+        p.eat(b'{')?;
+        p.members(|p, key| top.member(p, key))?;
+        if let Some(at) = top.choices_at.filter(|at| *at <= MEMO_MAX) {
+            memo.prefix.clear();
+            memo.prefix.extend_from_slice(&p.b[..at]);
+        }
+    }
     p.ws();
-    p.eat(b'{')?;
-    let mut choices = None;
-    let mut seen = 0u8;
-    p.members(|p, key| {
+    (p.i == p.b.len()).then_some(Chunk {
+        choices: top.choices,
+        usage: None,
+        sglext: None,
+        error: None,
+    })
+}
+
+/// The outer object's members read so far.
+#[derive(Default)]
+struct Top<'a> {
+    choices: Option<Choices<'a>>,
+    /// Which of `choices`, `usage`, `sglext`, `error` were read (a second one is left to
+    /// serde, which rejects the duplicate).
+    seen: u8,
+    /// Where the `choices` value starts, when no other member was read before it.
+    choices_at: Option<usize>,
+}
+
+impl<'a> Top<'a> {
+    /// Reads the value of the member `key` (the cursor on its first byte).
+    fn member(&mut self, p: &mut P<'a>, key: &str) -> Option<()> {
         let bit = match key {
             "choices" => 1,
             "usage" => 2,
@@ -44,24 +103,21 @@ pub(crate) fn parse(data: &str) -> Option<Chunk<'_>> {
             "error" => 8,
             _ => return p.skip_value(0),
         };
-        if seen & bit != 0 {
+        if self.seen & bit != 0 {
             return None; // serde: duplicate field
         }
-        seen |= bit;
         if bit == 1 {
-            choices = p.choices()?;
+            if self.seen == 0 {
+                self.choices_at = Some(p.i);
+            }
+            self.seen |= bit;
+            self.choices = p.choices()?;
             Some(())
         } else {
+            self.seen |= bit;
             p.null()
         }
-    })?;
-    p.ws();
-    (p.i == p.b.len()).then_some(Chunk {
-        choices,
-        usage: None,
-        sglext: None,
-        error: None,
-    })
+    }
 }
 
 /// What a `delta` carries that the client reads.
@@ -122,11 +178,17 @@ impl<'a> P<'a> {
 
     /// The members of an object whose `{` was just read, up to and including its `}`: `f`
     /// reads each value (the cursor on its first byte) given its key.
-    fn members(&mut self, mut f: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+    fn members(&mut self, f: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         self.ws();
         if self.eat(b'}').is_some() {
             return Some(());
         }
+        self.members_rest(f)
+    }
+
+    /// The members from the next key (after a `{` and a first member, or after a `,`) up to
+    /// and including the `}`.
+    fn members_rest(&mut self, mut f: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         loop {
             self.ws();
             let key = self.plain_str()?;
@@ -134,16 +196,23 @@ impl<'a> P<'a> {
             self.eat(b':')?;
             self.ws();
             f(self, key)?;
-            self.ws();
-            match self.peek()? {
-                b',' => self.i += 1,
-                b'}' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if !self.next_member()? {
+                return Some(());
             }
         }
+    }
+
+    /// After a member's value: `true` past a `,` (another member follows), `false` past the
+    /// object's `}`.
+    fn next_member(&mut self) -> Option<bool> {
+        self.ws();
+        let more = match self.peek()? {
+            b',' => true,
+            b'}' => false,
+            _ => return None,
+        };
+        self.i += 1;
+        Some(more)
     }
 
     /// Moves to the next `"` or `\\` of the current string; `None` at the end of the input or
@@ -448,6 +517,15 @@ mod tests {
         )
     }
 
+    /// After `first` of the same stream, `data` reads exactly as it does alone.
+    fn same_after(first: &str, data: &str) {
+        let mut memo = Memo::default();
+        let _ = parse_with(first, &mut memo);
+        let alone = parse(data).map(|c| reading(&c));
+        let after = parse_with(data, &mut memo).map(|c| reading(&c));
+        assert_eq!(after, alone, "after {first}: {data}");
+    }
+
     /// The fast path accepts only what serde accepts, and reads it the same; returns whether
     /// it took the chunk.
     fn agrees(data: &str) -> bool {
@@ -603,6 +681,46 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_stream_s_next_chunk_goes_on_after_the_shared_part_and_reads_the_same() {
+        let vllm = COMMON[0];
+        let mut memo = Memo::default();
+        assert!(parse_with(vllm, &mut memo).is_some());
+        // The memo holds the bytes up to the `choices` value.
+        let at = vllm.find(r#""choices":"#).unwrap() + r#""choices":"#.len();
+        assert_eq!(memo.prefix, vllm.as_bytes()[..at]);
+        // The next chunk of the stream reads as alone, through the memo.
+        let next = vllm.replace(" enim", " dolor");
+        let c = parse_with(&next, &mut memo).unwrap();
+        assert_eq!(c.choices.unwrap().content.as_deref(), Some(" dolor"));
+        assert_eq!(memo.prefix, vllm.as_bytes()[..at], "kept");
+        // What follows the shared part is still checked: a broken tail, a duplicate
+        // `choices`, trailing bytes.
+        for bad in [
+            vllm.replace(r#"null}]}"#, r#"null}]"#),
+            vllm.replace(r#"}]}"#, r#"}],"choices":[]}"#),
+            format!("{vllm} x"),
+            vllm.replace(r#"{"index":0"#, r#"{"index":01"#),
+        ] {
+            assert!(parse_with(&bad, &mut memo).is_none(), "{bad}");
+            assert!(!agrees(&bad), "{bad}");
+        }
+        // Another stream (another id) is parsed in full, and becomes the memo.
+        let other = vllm.replace("chatcmpl-1", "chatcmpl-22");
+        assert!(parse_with(&other, &mut memo).is_some());
+        assert_eq!(memo.prefix.len(), at + 1);
+        // A chunk that read a field before `choices` leaves no memo to go on from.
+        let mut memo = Memo::default();
+        assert!(parse_with(r#"{"usage":null,"choices":[]}"#, &mut memo).is_some());
+        assert!(memo.prefix.is_empty());
+        // Every pair of chunks above, in both orders.
+        for a in COMMON.iter().chain(FALLBACK) {
+            for b in COMMON.iter().chain(FALLBACK) {
+                same_after(a, b);
+            }
+        }
+    }
+
     /// Every event of the captured streams in `fixtures/openai_stream`.
     fn captured_events() -> Vec<String> {
         let dir =
@@ -647,6 +765,10 @@ mod tests {
         assert!(events.len() > 50, "{}", events.len());
         let taken = events.iter().filter(|d| agrees(d)).count();
         assert!(taken * 2 > events.len(), "{taken} of {}", events.len());
+        // In stream order, each after the one before it (the memo carried along).
+        for pair in events.windows(2) {
+            same_after(&pair[0], &pair[1]);
+        }
     }
 
     /// Single-byte deletions, insertions and replacements of every chunk above: whatever the
@@ -677,6 +799,8 @@ mod tests {
                 for v in variants {
                     if let Ok(s) = std::str::from_utf8(&v) {
                         agrees(s);
+                        // As the next chunk of the stream the unmutated one began.
+                        same_after(data, s);
                         checked += 1;
                     }
                 }

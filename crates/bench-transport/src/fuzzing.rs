@@ -50,6 +50,15 @@ pub fn chat_chunk_fast(data: &str) -> Option<ChunkReading> {
     crate::fastchunk::parse(data).map(reading)
 }
 
+/// The fast path's reading of `data` after it read `first` of the same stream (the memo of
+/// what chunks of a stream share); `None` when it leaves `data` to serde. It must read `data`
+/// exactly as [`chat_chunk_fast`] does.
+pub fn chat_chunk_fast_after(first: &str, data: &str) -> Option<ChunkReading> {
+    let mut memo = crate::fastchunk::Memo::default();
+    let _ = crate::fastchunk::parse_with(first, &mut memo);
+    crate::fastchunk::parse_with(data, &mut memo).map(reading)
+}
+
 /// serde's reading of `data`, or why serde rejects it.
 pub fn chat_chunk_serde(data: &str) -> Result<ChunkReading, String> {
     serde_json::from_str::<wire::Chunk<'_>>(data)

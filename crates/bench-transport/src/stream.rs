@@ -201,6 +201,8 @@ pub(crate) struct Accum {
     pub(crate) message_usage: crate::messages::UsageParts,
     /// Responses: the response's id.
     pub(crate) response_id: Option<String>,
+    /// Chat: what this stream's chunks share, for the fast path.
+    chunk_memo: crate::fastchunk::Memo,
 }
 
 /// Whether an event's data is `[DONE]` (surrounding whitespace allowed): the same as
@@ -521,7 +523,7 @@ impl Accum {
     /// One chat-completions chunk (or a whole non-streamed response).
     fn chat_chunk(&mut self, data: &str) -> Result<Step, Error> {
         // The common shape without serde; anything else (and every error) through serde.
-        let chunk = match crate::fastchunk::parse(data) {
+        let chunk = match crate::fastchunk::parse_with(data, &mut self.chunk_memo) {
             Some(c) => c,
             None => serde_json::from_str::<wire::Chunk<'_>>(data)
                 .map_err(|e| malformed(&e, data, "chunk"))?,
