@@ -553,6 +553,19 @@ fn bench_run(
     config: Config,
     args: &[String],
 ) -> Result<(ClientRun, Value)> {
+    bench_run_then(bench, sim, cpu, concurrency, config, args, |_| {})
+}
+
+/// [`bench_run`], handing the run directory to `inspect` before it is deleted.
+fn bench_run_then(
+    bench: &Path,
+    sim: &Sim,
+    cpu: Option<&str>,
+    concurrency: u32,
+    config: Config,
+    args: &[String],
+    inspect: impl FnOnce(&Path),
+) -> Result<(ClientRun, Value)> {
     let dir = perf_dir().join("run-tmp");
     let _ = std::fs::remove_dir_all(&dir);
     let s0 = sim.cpu_s();
@@ -569,6 +582,7 @@ fn bench_run(
         bail!("bench run failed: {}", tail(&m.stderr));
     }
     let r: Value = serde_json::from_str(&m.stdout).context("bench run --json")?;
+    inspect(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let turns_ok = r["summary"]["turns_ok"].as_u64().unwrap_or(0);
     let reported = r["overall"]["request_throughput_turns_s"].as_f64();
@@ -1143,6 +1157,146 @@ fn http_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> {
 /// Runs with tool waits in the fidelity scenario.
 const FIDELITY_RUNS: u32 = 5;
 
+/// The machine's own stalls, seen from outside the client and the simulator: a thread of this
+/// process sleeps 0.5 ms in a loop and notes every wake-up more than [`STALL_MS`] late. A
+/// stall of the whole machine (a virtual CPU descheduled by its host, both cores taken by
+/// something else) delays it as it delays them.
+struct StallProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Stall>>,
+}
+
+/// A wake-up [`STALL_MS`] or more late: the machine did not run the probe over
+/// `[end_unix_s − late_ms, end_unix_s]`.
+#[derive(Clone, Copy)]
+struct Stall {
+    end_unix_s: f64,
+    late_ms: f64,
+}
+
+/// How late a 0.5 ms sleep must wake to count as a stall.
+const STALL_MS: f64 = 1.0;
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl StallProbe {
+    fn start() -> StallProbe {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let nap = std::time::Duration::from_micros(500);
+            let mut out = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let t0 = Instant::now();
+                std::thread::sleep(nap);
+                let late_ms = (t0.elapsed().as_secs_f64() - nap.as_secs_f64()) * 1e3;
+                if late_ms >= STALL_MS {
+                    out.push(Stall {
+                        end_unix_s: unix_now(),
+                        late_ms,
+                    });
+                }
+            }
+            out
+        });
+        StallProbe { stop, thread }
+    }
+
+    fn finish(self) -> Vec<Stall> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// What the probe saw during one fidelity run, against the run's late first tokens.
+#[derive(Default)]
+struct StallReport {
+    stalls: usize,
+    max_ms: f64,
+    /// Turns whose first token came more than 1 ms late.
+    late: usize,
+    /// Of those, the ones whose wait for it overlapped a stall the probe saw (the machine, not
+    /// the client or the simulator, held them).
+    late_in_stalls: usize,
+    /// Of those, the ones whose wait overlapped a stall or the [`RECOVERY_MS`] after it (the
+    /// two processes working off what the stall held up).
+    late_near_stalls: usize,
+    /// TTFT − 20 ms p99 of the turns whose wait overlapped no stall nor its recovery (a
+    /// diagnosis, never the target's figure).
+    p99_clear_ms: Option<f64>,
+}
+
+/// How long after a stall its backlog is counted as the stall's.
+const RECOVERY_MS: f64 = 10.0;
+
+impl StallReport {
+    /// `dir`'s turns against `stalls`: a late turn's first token was due at
+    /// `sent + 20 ms` and came `ttft − 20 ms` after that.
+    fn of(dir: &Path, stalls: &[Stall]) -> StallReport {
+        let mut r = StallReport {
+            stalls: stalls.len(),
+            max_ms: stalls.iter().map(|s| s.late_ms).fold(0.0, f64::max),
+            ..StallReport::default()
+        };
+        let Ok(read) = bench_rundir::jsonl::read::<bench_rundir::TurnRecord>(
+            &dir.join(bench_rundir::files::TURNS),
+        ) else {
+            return r;
+        };
+        let mut clear = Vec::new();
+        for t in &read.records {
+            let Some(ttft) = t.ttft_ms else {
+                continue;
+            };
+            let Ok(sent) = time::OffsetDateTime::parse(
+                &t.sent_utc,
+                &time::format_description::well_known::Rfc3339,
+            ) else {
+                continue;
+            };
+            let sent = sent.unix_timestamp_nanos() as f64 / 1e9;
+            let (due, came) = (sent + 0.020, sent + ttft / 1e3);
+            // A little slack each side: the stall is known to within the probe's nap.
+            let overlaps = |after_s: f64| {
+                stalls.iter().any(|s| {
+                    let from = s.end_unix_s - s.late_ms / 1e3 - 0.0005;
+                    from <= came && due <= s.end_unix_s + 0.0005 + after_s
+                })
+            };
+            let near = overlaps(RECOVERY_MS / 1e3);
+            if !near {
+                clear.push(ttft - 20.0);
+            }
+            if ttft > 21.0 {
+                r.late += 1;
+                r.late_in_stalls += usize::from(overlaps(0.0));
+                r.late_near_stalls += usize::from(near);
+            }
+        }
+        clear.sort_by(f64::total_cmp);
+        r.p99_clear_ms = (!clear.is_empty()).then(|| clear[(clear.len() * 99).div_ceil(100) - 1]);
+        r
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "probe stalls {} (max {:.1} ms), {} of {} late turns in them, {} in them or the {RECOVERY_MS} ms after; p99 of the turns clear of them {}",
+            self.stalls,
+            self.max_ms,
+            self.late_in_stalls,
+            self.late,
+            self.late_near_stalls,
+            self.p99_clear_ms
+                .map_or("-".into(), |x| format!("{x:.2} ms"))
+        )
+    }
+}
+
 /// Timing fidelity: fixed 20 ms TTFT, C = 1,000 sessions in flight, client and simulator
 /// sharing both cores. Sessions wait between turns (tool waits, exponential with mean 1 s, so
 /// they do not fire in lockstep), which keeps the offered load (~1,000 turns/s) within what two
@@ -1153,6 +1307,8 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
     // TTFT − 20 ms p99 of each run with tool waits (`None`: the run failed or reported none),
     // and whether its turns all succeeded.
     let mut p99s: Vec<(Option<f64>, bool)> = Vec::new();
+    // What the stall probe saw in each of those runs.
+    let mut stall_texts: Vec<String> = Vec::new();
     let mut variants: Vec<(String, &str, u32, &str)> = (1..=FIDELITY_RUNS)
         .map(|i| {
             (
@@ -1176,7 +1332,17 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
             sessions: 1000,
         };
         let work = work.args(&["--gap-policy", gap, "--ramp-up", ramp]);
-        let (run, r) = match bench_run(bench, &sim, None, 1000, Config::Stripped, &work) {
+        let mut probe = Some(StallProbe::start());
+        let mut seen = StallReport::default();
+        let ran = bench_run_then(bench, &sim, None, 1000, Config::Stripped, &work, |dir| {
+            if let Some(p) = probe.take() {
+                seen = StallReport::of(dir, &p.finish());
+            }
+        });
+        if let Some(p) = probe.take() {
+            p.finish();
+        }
+        let (run, r) = match ran {
             Ok(x) => x,
             Err(e) => {
                 // One failed run is a missed run, not a lost scenario.
@@ -1185,6 +1351,7 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
                 rows.push(json!({"variant": label, "error": format!("{e:#}")}));
                 if gap != "zero" {
                     p99s.push((None, false));
+                    stall_texts.push("the run failed".into());
                 }
                 continue;
             }
@@ -1199,8 +1366,18 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
             "dispatch_lag_ms": r["overall"]["dispatch_lag_ms"],
             "dispatch_lag_p99_ms": lag_p99,
             "turns_per_s": run.turns_per_s(),
+            "machine_stalls": {
+                "probe_stalls": seen.stalls,
+                "probe_max_ms": seen.max_ms,
+                "late_turns": seen.late,
+                "late_turns_in_stalls": seen.late_in_stalls,
+                "late_turns_in_stalls_or_recovery": seen.late_near_stalls,
+                "recovery_ms": RECOVERY_MS,
+                "ttft_minus_20ms_p99_clear_of_stalls": seen.p99_clear_ms,
+            },
         }));
         if gap != "zero" {
+            stall_texts.push(seen.text());
             p99s.push((over("p99"), run.turns_failed == 0));
         } else {
             rep.notes.push(format!(
@@ -1225,10 +1402,16 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
     let failed_turns = p99s.iter().any(|(_, ok)| !ok);
     let measured = match (sorted.first(), sorted.last()) {
         (Some(min), Some(max)) => format!(
-            "{within} of {FIDELITY_RUNS} runs ≤ 1 ms; min {min:.2}, median {:.2}, max {max:.2} ms (each run: {} ms){}",
+            "{within} of {FIDELITY_RUNS} runs ≤ 1 ms; min {min:.2}, median {:.2}, max {max:.2} ms (each run: {} ms){}; the machine's stalls, seen by a thread of xtask napping 0.5 ms (late first tokens: TTFT > 21 ms): {}",
             sorted[(sorted.len() - 1) / 2],
             each.join(", "),
-            if failed_turns { "; turns failed" } else { "" }
+            if failed_turns { "; turns failed" } else { "" },
+            stall_texts
+                .iter()
+                .enumerate()
+                .map(|(i, t)| format!("run {}: {t}", i + 1))
+                .collect::<Vec<_>>()
+                .join("; ")
         ),
         _ => format!("no run reported a TTFT ({} ms)", each.join(", ")),
     };

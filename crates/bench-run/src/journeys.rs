@@ -301,15 +301,7 @@ impl JourneysSpec {
     /// A digest of the spec without its shard and start time: the shards of one journeys
     /// run share it (`bench merge` checks).
     pub fn config_digest(&self) -> String {
-        let mut v = serde_json::to_value(self).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            o.remove("shard");
-            o.remove("start_at");
-        }
-        format!(
-            "{:032x}",
-            xxhash_rust::xxh3::xxh3_128(v.to_string().as_bytes())
-        )
+        crate::spec::digest_without(self, &["shard", "start_at"])
     }
 
     /// The gates.

@@ -454,20 +454,7 @@ fn merge_journeys(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOu
             })
             .collect(),
     };
-    let mut run_json = shards[0].run_json.clone();
-    if let Some(o) = run_json.as_object_mut() {
-        for k in ["shard", "clock", "pid"] {
-            o.remove(k);
-        }
-        o.insert(
-            "merged".into(),
-            serde_json::to_value(&merged).unwrap_or_default(),
-        );
-    }
-    if let Some(spec) = run_json.get_mut("spec").and_then(|s| s.as_object_mut()) {
-        spec.remove("shard");
-        spec.remove("start_at");
-    }
+    let run_json = merged_head(&shards[0].run_json, &merged);
     std::fs::create_dir_all(out)
         .map_err(|e| RunError::Failed(format!("cannot create {}: {e}", out.display())))?;
     write_pretty(&out.join(files::RUN_JSON), &run_json)?;
@@ -637,9 +624,10 @@ fn concurrency_of(run_json: &serde_json::Value) -> u32 {
 
 /// The merged run's `run.json`: the first shard's, without its shard, clock and process, the
 /// load summed over the shards, and how it was merged.
-fn merged_run_json(first: &serde_json::Value, merged: &Merged) -> serde_json::Value {
+/// The first shard's `run.json` as the merged run's, for either kind: without what belonged to
+/// that shard alone (its part, clock, process, start time), with the `merged` block.
+fn merged_head(first: &serde_json::Value, merged: &Merged) -> serde_json::Value {
     let mut v = first.clone();
-    let total: u64 = merged.shards.iter().map(|s| u64::from(s.concurrency)).sum();
     if let Some(o) = v.as_object_mut() {
         for k in ["shard", "clock", "pid"] {
             o.remove(k);
@@ -653,6 +641,13 @@ fn merged_run_json(first: &serde_json::Value, merged: &Merged) -> serde_json::Va
         spec.remove("shard");
         spec.remove("start_at");
     }
+    v
+}
+
+/// A replay run's merged `run.json`: [`merged_head`] with the load of all the shards.
+fn merged_run_json(first: &serde_json::Value, merged: &Merged) -> serde_json::Value {
+    let mut v = merged_head(first, merged);
+    let total: u64 = merged.shards.iter().map(|s| u64::from(s.concurrency)).sum();
     // Closed loop: the concurrency; open loop: the rate and the in-flight cap. Each shard had
     // the same, so the run had `shards ×` that.
     let n = merged.shards.len() as f64;

@@ -494,21 +494,27 @@ fn invalid(m: impl Into<String>) -> RunError {
     RunError::Invalid(m.into())
 }
 
+/// xxh3-128 of `spec`'s JSON without the top-level fields `drop` (what differs between the
+/// shards of one run), as 32 hex digits.
+pub(crate) fn digest_without(spec: &impl Serialize, drop: &[&str]) -> String {
+    let mut v = serde_json::to_value(spec).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        for k in drop {
+            o.remove(*k);
+        }
+    }
+    format!(
+        "{:032x}",
+        xxhash_rust::xxh3::xxh3_128(v.to_string().as_bytes())
+    )
+}
+
 impl RunSpec {
     /// A digest of everything that shapes what the run sends and how it is judged: the spec
     /// without which shard it plays, when it starts and where its exports go. The shards of one
     /// run share it; `bench merge` refuses shards whose digests differ. 32 hex digits.
     pub fn config_digest(&self) -> String {
-        let mut v = serde_json::to_value(self).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            for k in ["shard", "start_at", "exports"] {
-                o.remove(k);
-            }
-        }
-        format!(
-            "{:032x}",
-            xxhash_rust::xxh3::xxh3_128(v.to_string().as_bytes())
-        )
+        digest_without(self, &["shard", "start_at", "exports"])
     }
 
     /// Checks every value; the first problem is one line naming the field.

@@ -123,16 +123,39 @@ pub enum System<'a> {
     Marked(&'a bench_workload::plan::PlannedMessage, &'a str),
 }
 
-/// `lit` (a JSON string literal) without its closing quote.
-fn open_literal(lit: &str) -> &str {
-    lit.strip_suffix('"').unwrap_or(lit)
+/// How much of a system message's JSON string literal a body takes.
+#[derive(Clone, Copy)]
+enum Cut {
+    /// Without the closing quote (a marker follows inside the string).
+    Open,
+    /// Without either quote (inside another string).
+    Inner,
 }
 
-/// A shared literal without its closing quote, as a piece (no copy).
-fn shared_open(m: &bench_workload::plan::PlannedMessage) -> Bytes {
-    let b = crate::conv::shared(m);
-    let n = b.len();
-    b.slice(..n.saturating_sub(1))
+/// `m`'s text cut by `cut`: its own piece (the plan's copy, shared) when long, else copied into
+/// `b`. A piece ends `b` first.
+fn push_system(
+    b: &mut String,
+    parts: &mut Vec<Bytes>,
+    m: &bench_workload::plan::PlannedMessage,
+    cut: Cut,
+) {
+    if crate::conv::is_long(m) {
+        parts.push(Bytes::from(std::mem::take(b)));
+        parts.push(match cut {
+            Cut::Open => {
+                let whole = crate::conv::shared(m);
+                whole.slice(..whole.len().saturating_sub(1))
+            }
+            Cut::Inner => crate::conv::shared_inner(m),
+        });
+    } else {
+        let lit = &*m.content_json;
+        b.push_str(match cut {
+            Cut::Open => lit.strip_suffix('"').unwrap_or(lit),
+            Cut::Inner => inner(lit),
+        });
+    }
 }
 
 /// How sessions arrive in an open-loop run.
@@ -383,7 +406,7 @@ impl RunConfig {
         previous_response_id: Option<&str>,
         tools: Option<&str>,
     ) -> bench_transport::Segments {
-        use crate::conv::{TEXT_SEP, is_long, shared, shared_inner};
+        use crate::conv::{TEXT_SEP, is_long, shared};
         use bench_transport::Endpoint;
         let mut parts = Vec::with_capacity(conv.pieces_len() + 5);
         let mut b = String::with_capacity(256);
@@ -426,11 +449,7 @@ impl RunConfig {
                     }
                     System::Marked(h, marker) => {
                         b.push_str(h.json_prefix());
-                        if is_long(h) {
-                            piece(&mut b, &mut parts, shared_open(h));
-                        } else {
-                            b.push_str(open_literal(&h.content_json));
-                        }
+                        push_system(&mut b, &mut parts, h, Cut::Open);
                         b.push_str(marker);
                         b.push_str("\"}");
                     }
@@ -459,11 +478,7 @@ impl RunConfig {
                     }
                     System::Marked(h, marker) => {
                         b.push_str("\"system\":");
-                        if is_long(h) {
-                            piece(&mut b, &mut parts, shared_open(h));
-                        } else {
-                            b.push_str(open_literal(&h.content_json));
-                        }
+                        push_system(&mut b, &mut parts, h, Cut::Open);
                         b.push_str(marker);
                         b.push_str("\",");
                     }
@@ -474,14 +489,9 @@ impl RunConfig {
                 b.push_str("\"prompt\":\"");
                 match system {
                     System::None => {}
-                    System::Shared(h) if is_long(h) => {
-                        b.push_str("System: ");
-                        piece(&mut b, &mut parts, shared_inner(h));
-                        b.push_str(TEXT_SEP);
-                    }
                     System::Shared(h) => {
                         b.push_str("System: ");
-                        b.push_str(inner(&h.content_json));
+                        push_system(&mut b, &mut parts, h, Cut::Inner);
                         b.push_str(TEXT_SEP);
                     }
                     System::Own(lit) => {
@@ -491,11 +501,7 @@ impl RunConfig {
                     }
                     System::Marked(h, marker) => {
                         b.push_str("System: ");
-                        if is_long(h) {
-                            piece(&mut b, &mut parts, shared_inner(h));
-                        } else {
-                            b.push_str(inner(&h.content_json));
-                        }
+                        push_system(&mut b, &mut parts, h, Cut::Inner);
                         b.push_str(marker);
                         b.push_str(TEXT_SEP);
                     }
