@@ -585,9 +585,6 @@ async fn launch(
             return Err(e);
         }
     };
-    if let (Some(at), None) = (spec.start_at, &resume) {
-        wait_for_start(at, &options).await;
-    }
     Ok(prepared.spawn(spec, options, resume, embedded, grading))
 }
 
@@ -902,7 +899,17 @@ impl Prepared {
         let prog = progress.clone();
         let c = canceller.clone();
         let handle_secrets = options.secrets.clone();
+        // A resumed run ignores `start_at` (its shards are long past it).
+        let start_at = spec.start_at.filter(|_| resume.is_none());
         let task = tokio::spawn(async move {
+            // The handle exists during the wait for `--start-at`, so a signal (or the caller)
+            // can cancel it: the run then stops before its first turn, recorded as cancelled.
+            if let Some(at) = start_at {
+                tokio::select! {
+                    () = wait_for_start(at, &options) => {}
+                    () = c.token.cancelled() => {}
+                }
+            }
             let base_url = client.base_url().to_owned();
             let start_utc = bench_report::export::utc_now();
             let beat = Arc::new(lifecycle::Beat::default());

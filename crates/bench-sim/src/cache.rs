@@ -276,12 +276,17 @@ impl BlockManager {
             let Some((tick, k)) = self.lru.pop_front() else {
                 return false;
             };
-            if !self.is_live(tick, k) {
-                continue;
+            // One lookup: the item is live (and then evicted) or stale (and skipped).
+            match self.entries.entry(k) {
+                std::collections::hash_map::Entry::Occupied(e)
+                    if e.get().refs == 0 && e.get().tick == tick =>
+                {
+                    e.remove();
+                    self.evictable -= 1;
+                    self.evicted_total += 1;
+                }
+                _ => {}
             }
-            self.entries.remove(&k);
-            self.evictable -= 1;
-            self.evicted_total += 1;
         }
         true
     }

@@ -308,6 +308,45 @@ fn merge_refuses_shards_of_other_runs_missing_twice_given_or_unfinished() {
 }
 
 #[test]
+fn ctrl_c_while_waiting_for_start_at_stops_the_run_before_its_first_turn() {
+    let (sim, url) = spawn_sim(&["--instant"]);
+    let dir = tempdir("shards-start-at-int").join("r");
+    // A minute ahead: the run plans, checks the server, writes its directory and waits.
+    let at = (time::OffsetDateTime::now_utc() + time::Duration::seconds(60))
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let mut child = bench()
+        .args(plan_args(&url, &dir, &["--start-at", &at]))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let t0 = std::time::Instant::now();
+    while !line.contains("starting at") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no wait announced");
+    }
+    signal(&child, "-INT");
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    let status = child.wait().unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "the run waited on after Ctrl-C: {rest}"
+    );
+    assert!(!status.success(), "{rest}");
+    // Stopped, not crashed: the directory says the signal stopped it, with no turn played.
+    let s = status_json(&dir);
+    assert_eq!(s["stopped"]["by"], "signal", "{s}");
+    assert_eq!(s["crashed"], false, "{s}");
+    assert_eq!(s["turns_done"], 0, "{s}");
+    stop_sim(sim);
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
+#[test]
 fn shard_flags_are_checked_before_any_turn() {
     // --shards takes the index from Kubernetes' JOB_COMPLETION_INDEX.
     let o = bench()
