@@ -13,17 +13,26 @@ fn client(url: String) -> Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_streams_complete_with_exact_token_counts() {
+    // Every answer takes 50 ms and the 64 streams start together: all 64 are in flight at
+    // once, so the pool must open exactly one connection for each (with instant answers a
+    // stream could finish before the last one started, and lend it its connection).
     let sim = SimServer::start(SimConfig {
-        mode: LatencyMode::Instant,
+        mode: LatencyMode::Fixed {
+            ttft: Duration::from_millis(50),
+            itl: Duration::ZERO,
+        },
         ..SimConfig::default()
     })
     .await
     .unwrap();
     let c = client(sim.base_url());
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(64));
     let mut tasks = Vec::new();
     for i in 0..64u32 {
         let c = c.clone();
+        let start = start.clone();
         tasks.push(tokio::spawn(async move {
+            start.wait().await;
             let mut req = ChatRequest::new(
                 "bench-sim",
                 vec![ChatMessage::new(Role::User, format!("request {i}"))],
