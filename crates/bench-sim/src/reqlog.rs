@@ -27,6 +27,11 @@ pub(crate) struct LogLine<'a> {
     pub(crate) prompt_tokens: u32,
     pub(crate) cached_tokens: u32,
     pub(crate) completion_tokens: u32,
+    /// Receipt → the first token's bytes made, in ms (absent when no token was): the server's
+    /// own time to first token, against which a client's measured TTFT shows what the client
+    /// and the network added.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ttft_ms: Option<f64>,
     /// HTTP status code (0: the connection was reset before a response head was sent).
     pub(crate) status: u16,
     pub(crate) stream: bool,

@@ -583,7 +583,8 @@ struct RequestGuard {
     finish: Option<&'static str>,
     /// Blocks held outside the engine (`Fixed`/`Instant` modes).
     alloc: Option<Alloc>,
-    first_token_seen: bool,
+    /// Receipt → first token (`None` until one is made).
+    first_token_after: Option<Duration>,
     /// Time spent held by `/sim/hold` so far (`None`: never held).
     held: Option<Duration>,
     /// Start of the hold the request is in now.
@@ -611,7 +612,7 @@ impl RequestGuard {
             status: 200,
             finish: None,
             alloc: None,
-            first_token_seen: false,
+            first_token_after: None,
             held: None,
             held_since: None,
             fault: None,
@@ -654,10 +655,14 @@ impl RequestGuard {
     }
 
     fn first_token(&mut self) {
-        if !self.first_token_seen {
-            self.first_token_seen = true;
-            let ttft_s = self.recv.elapsed().as_secs_f64();
-            self.shared.lock().counters.ttft_s.observe(ttft_s);
+        if self.first_token_after.is_none() {
+            let ttft = self.recv.elapsed();
+            self.first_token_after = Some(ttft);
+            self.shared
+                .lock()
+                .counters
+                .ttft_s
+                .observe(ttft.as_secs_f64());
         }
     }
 }
@@ -696,6 +701,7 @@ impl Drop for RequestGuard {
                 prompt_tokens: self.usage.prompt_tokens,
                 cached_tokens: self.usage.cached_tokens,
                 completion_tokens: self.usage.completion_tokens,
+                ttft_ms: self.first_token_after.map(hold::round_ms),
                 status: self.status,
                 stream: self.stream,
                 finish,

@@ -657,6 +657,50 @@ async fn request_log_lines() -> Result<()> {
     assert_eq!(err["status"], 400);
     assert_eq!(err["finish"], "error");
     assert_eq!(err["stream"], false);
+    assert!(
+        err.get("ttft_ms").is_none(),
+        "a rejected request made no token: {err}"
+    );
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+/// The request log's `ttft_ms` is the server's own time to first token: at least the
+/// configured latency, and no more than what a client on the same machine measures (which adds
+/// its send and receive path); the gap between the two is what the client and the loopback add.
+#[tokio::test]
+async fn request_log_ttft_is_the_servers_time_to_first_token() -> Result<()> {
+    let path = std::env::temp_dir().join(format!("bench-sim-ttft-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let (sim, mut c) = start(SimConfig {
+        request_log: Some(path.clone()),
+        mode: LatencyMode::Fixed {
+            ttft: Duration::from_millis(40),
+            itl: Duration::from_millis(5),
+        },
+        ..SimConfig::default()
+    })
+    .await?;
+    let mut client_ttfts = Vec::new();
+    for _ in 0..3 {
+        client_ttfts.push(c.stream(&chat("hi", 3, true, true), None).await?.ttft_ms());
+    }
+    sim.shutdown().await;
+    let text = std::fs::read_to_string(&path)?;
+    let server: Vec<f64> = text
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l)?;
+            v["ttft_ms"]
+                .as_f64()
+                .ok_or_else(|| anyhow::anyhow!("no ttft_ms in {l}"))
+        })
+        .collect::<Result<_>>()?;
+    assert_eq!(server.len(), 3, "{text}");
+    for (s, c) in server.iter().zip(&client_ttfts) {
+        assert!(*s >= 40.0, "server ttft {s} ms under the configured 40 ms");
+        assert!(s <= c, "server ttft {s} ms over the client's {c} ms");
+    }
     let _ = std::fs::remove_file(&path);
     Ok(())
 }
