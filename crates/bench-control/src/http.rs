@@ -295,12 +295,20 @@ fn last_event_id(req: &Request<Incoming>) -> Result<u64, ApiError> {
 }
 
 async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
-    match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => Ok(b.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::new(
+    let too_large = || {
+        ApiError::new(
             413,
             format!("the request body is larger than {MAX_BODY} bytes"),
-        )),
+        )
+    };
+    // A declared length over the limit is refused before a byte of the body is read (the
+    // client gets its answer at once, not after sending a megabyte into a closing connection).
+    if hyper::body::Body::size_hint(req.body()).lower() > MAX_BODY as u64 {
+        return Err(too_large());
+    }
+    match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(e) => Err(ApiError::new(
             400,
             format!("cannot read the request body: {e}"),
