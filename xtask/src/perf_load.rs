@@ -1338,8 +1338,7 @@ impl StallReport {
                 r.late_near_stalls += usize::from(near);
             }
         }
-        clear.sort_by(f64::total_cmp);
-        r.p99_clear_ms = (!clear.is_empty()).then(|| clear[(clear.len() * 99).div_ceil(100) - 1]);
+        r.p99_clear_ms = p99_sorting(&mut clear);
         r
     }
 
@@ -1357,6 +1356,12 @@ impl StallReport {
             ms_or_dash(self.machine.cpu_wait_ms),
         )
     }
+}
+
+/// The nearest-rank p99 of `v` (`None` when empty), which it leaves sorted.
+fn p99_sorting(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| v[(v.len() * 99).div_ceil(100) - 1])
 }
 
 fn ms_or_dash(ms: Option<f64>) -> String {
@@ -1406,12 +1411,8 @@ impl TtftSplit {
                 added.push(ttft - s);
             }
         }
-        let p99 = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            (!v.is_empty()).then(|| v[(v.len() * 99).div_ceil(100) - 1])
-        };
-        r.server_over_p99_ms = p99(&mut over);
-        r.added_p99_ms = p99(&mut added);
+        r.server_over_p99_ms = p99_sorting(&mut over);
+        r.added_p99_ms = p99_sorting(&mut added);
         r.added_max_ms = added.last().copied();
         r
     }
