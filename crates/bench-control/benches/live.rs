@@ -61,6 +61,7 @@ fn record() -> TurnRecord {
         superseded: false,
         attempts: 1,
         failed_attempts: Vec::new(),
+        node: None,
     }
 }
 

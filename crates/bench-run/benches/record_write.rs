@@ -79,6 +79,7 @@ fn record(gaps: usize) -> TurnRecord {
         superseded: false,
         attempts: 1,
         failed_attempts: Vec::new(),
+        node: None,
     }
 }
 

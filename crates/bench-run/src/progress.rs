@@ -498,6 +498,7 @@ mod tests {
             superseded: false,
             attempts: 1,
             failed_attempts: Vec::new(),
+            node: None,
         }
     }
 

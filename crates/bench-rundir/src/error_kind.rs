@@ -50,11 +50,15 @@ pub enum ErrorKind {
     /// raises it. The rest of the response is not read, so memory stays bounded.
     #[serde(rename = "response_too_large")]
     ResponseTooLarge,
+    /// Agent graphs: a node it waits on (the node its subagent forked from, or a join) failed,
+    /// so it was not sent. Its parallel siblings are not affected.
+    #[serde(rename = "dependency_failed")]
+    DependencyFailed,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 12] = [
+    pub const ALL: [ErrorKind; 13] = [
         ErrorKind::InvalidRequest,
         ErrorKind::Connect,
         ErrorKind::Timeout,
@@ -67,6 +71,7 @@ impl ErrorKind {
         ErrorKind::Server,
         ErrorKind::Cancelled,
         ErrorKind::ResponseTooLarge,
+        ErrorKind::DependencyFailed,
     ];
 
     /// A short, stable, snake_case name (used in records and counters).
@@ -84,6 +89,7 @@ impl ErrorKind {
             ErrorKind::Server => "server_error",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::ResponseTooLarge => "response_too_large",
+            ErrorKind::DependencyFailed => "dependency_failed",
         }
     }
 }

@@ -49,7 +49,7 @@ pub use event::{
     EventLine, Heartbeat, LifecycleEvent, Opened, Phase, Resumed, ScrapePhase, StopBy, Tokens,
 };
 pub use record::{
-    CountSource, FailedAttempt, SessionRecord, SessionStatus, TurnRecord, TurnStatus,
+    CountSource, FailedAttempt, NodeInfo, SessionRecord, SessionStatus, TurnRecord, TurnStatus,
 };
 pub use secrets::{Secrets, is_secret_name};
 

@@ -165,6 +165,33 @@ pub struct TurnRecord {
     /// Written only when there were any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_attempts: Vec<FailedAttempt>,
+    /// Agent graphs: where the turn sits in its session's graph (absent for a session that is
+    /// one chain). `turn_index` is then the node's number in the session (main turns first,
+    /// then each subagent's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeInfo>,
+}
+
+/// A turn's place in an agent graph ([`TurnRecord::node`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Its conversation: `main` or the subagent's id.
+    pub agent: String,
+    /// Nesting depth: 0 for main, 1 for a subagent of main, ….
+    pub depth: u32,
+    /// The nodes it waited for (`turn_index` values): its predecessor in its conversation (or
+    /// the node its subagent forked from), then its joins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<u32>,
+    /// When the last of those finished, s from the run's start (the play's start for a
+    /// first node): its tool wait runs from here to `due_s`.
+    pub released_s: f64,
+    /// The node whose end released it (the slowest of `after`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_by: Option<u32>,
+    /// Requests of its session in flight when it was sent, itself included
+    /// (`active_at_dispatch` counts sessions, so a run's requests in flight may exceed `-c`).
+    pub in_flight: u32,
 }
 
 /// How a session play ended.

@@ -67,7 +67,7 @@ pub(crate) fn shared_inner(m: &PlannedMessage) -> Bytes {
 }
 
 /// The conversation so far, as pieces: see [`Render`] for how messages are written.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Conversation {
     frozen: Vec<Bytes>,
     open: String,

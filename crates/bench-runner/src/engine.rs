@@ -18,6 +18,8 @@ use crate::config::{Arrival, ArrivalProcess, ContentMode, ResponseMode, RunConfi
 use crate::conv::Conversation;
 use crate::observer::{Observer, Phase, RunEvent};
 
+mod graph;
+
 /// Turns in a warmup session play (`--warmup-sessions`).
 pub const WARMUP_TURNS: usize = 3;
 
@@ -602,6 +604,127 @@ async fn open_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, a: A
 }
 
 /// `text` escaped for the inside of a JSON string literal (no quotes).
+
+/// How a play's conversation opens: its system prompt as sent, with a cache-busting replay's
+/// or warmup's marker (one per play; an agent graph's fresh branches carry it too).
+struct Opening {
+    /// The system message as a JSON string literal, when the play writes its own (a marker
+    /// without a system prompt).
+    own_system: Option<String>,
+    /// The marker, JSON-escaped, written after a shared system prompt's text.
+    marker_json: Option<String>,
+    /// Estimated tokens the marker adds.
+    pub(crate) extra_tokens: u64,
+}
+
+impl Opening {
+    pub(crate) fn new(
+        sys: Option<&bench_workload::plan::PlannedMessage>,
+        marker: Option<&str>,
+    ) -> Opening {
+        let mut extra_tokens = 0u64;
+        // The shared system prompt stays shared: the body writes it before the session's own
+        // messages, a marked replay's or warmup's marker as a piece of its own after it.
+        let (own_system, marker_json) = match (sys, marker) {
+            (Some(_), Some(m)) => {
+                extra_tokens += (m.len() as u64).div_ceil(4);
+                (None, Some(json_inner(&format!("\n{m}"))))
+            }
+            (None, Some(m)) => {
+                extra_tokens += (m.len() as u64).div_ceil(4) + 5;
+                (Some(serde_json::to_string(m).unwrap_or_default()), None)
+            }
+            _ => (None, None),
+        };
+        Opening {
+            own_system,
+            marker_json,
+            extra_tokens,
+        }
+    }
+
+    pub(crate) fn system<'a>(
+        &'a self,
+        sys: Option<&'a bench_workload::plan::PlannedMessage>,
+    ) -> crate::config::System<'a> {
+        match (&self.own_system, sys, &self.marker_json) {
+            (Some(own), _, _) => crate::config::System::Own(own),
+            (None, Some(sys), Some(m)) => crate::config::System::Marked(sys, m),
+            (None, Some(sys), None) => crate::config::System::Shared(sys),
+            (None, None, _) => crate::config::System::None,
+        }
+    }
+
+    /// The request's prefix identity, element by element: the tools, the system prompt as
+    /// sent, then every message (see `prefix.rs`). A system prompt (and tools) that other
+    /// sessions send alike starts from a shared chain.
+    fn chain<T: Transport>(
+        &self,
+        sh: &Shared<T>,
+        sys: Option<&Arc<bench_workload::plan::PlannedMessage>>,
+        tools: Option<&Arc<str>>,
+    ) -> crate::prefix::Chain {
+        let overhead = bench_workload::plan::MESSAGE_OVERHEAD_TOKENS;
+        let extra_tokens = self.extra_tokens;
+        let (own_system, marker_json) = (&self.own_system, &self.marker_json);
+        let start_chain = || {
+            let mut chain = crate::prefix::Chain::default();
+            if let Some(tools) = tools {
+                chain.push(&[b"tools", tools.as_bytes()], 0);
+            }
+            match (own_system, sys, marker_json) {
+                (Some(own), sys, _) => chain.push(
+                    &[b"system", own.as_bytes()],
+                    sys.as_ref().map_or(0, |s| u64::from(s.tokens) + overhead) + extra_tokens,
+                ),
+                // The same bytes as the body sends: the literal, the marker, the closing quote.
+                (None, Some(sys), Some(m)) => {
+                    let lit = sys.content_json.as_bytes();
+                    chain.push(
+                        &[
+                            b"system",
+                            &lit[..lit.len().saturating_sub(1)],
+                            m.as_bytes(),
+                            b"\"",
+                        ],
+                        u64::from(sys.tokens) + overhead + extra_tokens,
+                    );
+                }
+                (None, Some(sys), None) => chain.push(
+                    &[b"system", sys.content_json.as_bytes()],
+                    u64::from(sys.tokens) + overhead,
+                ),
+                (None, None, _) => {}
+            }
+            chain
+        };
+        let shared_start = match (own_system, sys, marker_json) {
+            (None, Some(sys), None)
+                if Arc::strong_count(sys) > 1 && tools.is_none_or(|t| Arc::strong_count(t) > 1) =>
+            {
+                Some((
+                    Arc::as_ptr(sys) as usize,
+                    tools.map_or(0, |t| Arc::as_ptr(t).cast::<u8>() as usize),
+                ))
+            }
+            _ => None,
+        };
+        match shared_start {
+            Some(key) => {
+                let mut starts = sh
+                    .chain_starts
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                starts
+                    .entry(key)
+                    .or_insert_with(|| start_chain().template())
+                    .clone()
+            }
+            None => start_chain(),
+        }
+    }
+}
+
 fn json_inner(text: &str) -> String {
     let m = serde_json::to_string(text).unwrap_or_default();
     m[1..m.len().saturating_sub(1)].to_owned()
@@ -623,6 +746,14 @@ async fn play_session<T: Transport>(
         replay,
         warmup: ph.warmup,
     });
+    let marker = match (cfg.cache_bust, ph.warmup) {
+        (true, true) => Some(format!("[bench warmup {}]", sess.id)),
+        (true, false) if replay > 0 => Some(format!("[bench replay {}#{replay}]", sess.id)),
+        _ => None,
+    };
+    if let Some(g) = &sess.graph {
+        return Box::pin(graph::play_graph(sh, ph, sess, g, replay, arrival, marker)).await;
+    }
     let play_start = Instant::now();
     let session_start = arrival.unwrap_or(play_start);
     // The conversation so far, as comma-separated message objects: built once, appended to.
@@ -643,93 +774,11 @@ async fn play_session<T: Transport>(
             })
             .sum::<usize>();
     let mut messages = Conversation::rendered(full, cfg.render());
-    let marker = match (cfg.cache_bust, ph.warmup) {
-        (true, true) => Some(format!("[bench warmup {}]", sess.id)),
-        (true, false) if replay > 0 => Some(format!("[bench replay {}#{replay}]", sess.id)),
-        _ => None,
-    };
-    let mut extra_tokens = 0u64;
-    // The shared system prompt stays shared: the body writes it before the session's own
-    // messages, a marked replay's or warmup's marker as a piece of its own after it.
-    let (own_system, marker_json) = match (&sess.system, &marker) {
-        (Some(_), Some(m)) => {
-            extra_tokens += (m.len() as u64).div_ceil(4);
-            (None, Some(json_inner(&format!("\n{m}"))))
-        }
-        (None, Some(m)) => {
-            extra_tokens += (m.len() as u64).div_ceil(4) + 5;
-            (Some(serde_json::to_string(m).unwrap_or_default()), None)
-        }
-        _ => (None, None),
-    };
-    let system = match (&own_system, &sess.system, &marker_json) {
-        (Some(own), _, _) => crate::config::System::Own(own),
-        (None, Some(sys), Some(m)) => crate::config::System::Marked(sys, m),
-        (None, Some(sys), None) => crate::config::System::Shared(sys),
-        (None, None, _) => crate::config::System::None,
-    };
-    // The request's prefix identity, element by element: the tools, the system prompt as
-    // sent, then every message (see `prefix.rs`).
+    let opening = Opening::new(sess.system.as_deref(), marker.as_deref());
+    let extra_tokens = opening.extra_tokens;
+    let system = opening.system(sess.system.as_deref());
     let overhead = bench_workload::plan::MESSAGE_OVERHEAD_TOKENS;
-    let start_chain = || {
-        let mut chain = crate::prefix::Chain::default();
-        if let Some(tools) = &sess.tools {
-            chain.push(&[b"tools", tools.as_bytes()], 0);
-        }
-        match (&own_system, &sess.system, &marker_json) {
-            (Some(own), sys, _) => chain.push(
-                &[b"system", own.as_bytes()],
-                sys.as_ref().map_or(0, |s| u64::from(s.tokens) + overhead) + extra_tokens,
-            ),
-            // The same bytes as the body sends: the literal, the marker, the closing quote.
-            (None, Some(sys), Some(m)) => {
-                let lit = sys.content_json.as_bytes();
-                chain.push(
-                    &[
-                        b"system",
-                        &lit[..lit.len().saturating_sub(1)],
-                        m.as_bytes(),
-                        b"\"",
-                    ],
-                    u64::from(sys.tokens) + overhead + extra_tokens,
-                );
-            }
-            (None, Some(sys), None) => chain.push(
-                &[b"system", sys.content_json.as_bytes()],
-                u64::from(sys.tokens) + overhead,
-            ),
-            (None, None, _) => {}
-        }
-        chain
-    };
-    // A system prompt (and tools) that other sessions send alike starts from a shared chain.
-    let shared_start = match (&own_system, &sess.system, &marker_json) {
-        (None, Some(sys), None)
-            if Arc::strong_count(sys) > 1
-                && sess.tools.as_ref().is_none_or(|t| Arc::strong_count(t) > 1) =>
-        {
-            Some((
-                Arc::as_ptr(sys) as usize,
-                sess.tools
-                    .as_ref()
-                    .map_or(0, |t| Arc::as_ptr(t).cast::<u8>() as usize),
-            ))
-        }
-        _ => None,
-    };
-    let mut chain = match shared_start {
-        Some(key) => {
-            let mut starts = sh
-                .chain_starts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            starts
-                .entry(key)
-                .or_insert_with(|| start_chain().template())
-                .clone()
-        }
-        None => start_chain(),
-    };
+    let mut chain = opening.chain(sh, sess.system.as_ref(), sess.tools.as_ref());
     let mut own_before = 0usize;
     // Responses with server-side state: the id the next turn continues, when the last turn
     // gave one.
@@ -1056,6 +1105,7 @@ fn turn_record<T: Transport>(
         superseded: false,
         attempts: 1,
         failed_attempts: Vec::new(),
+        node: None,
     };
     match result {
         Ok(o) => {

@@ -16,6 +16,9 @@ pub(crate) struct LogLine<'a> {
     pub(crate) recv_utc: &'a str,
     /// When the request was received, in ms since server start.
     pub(crate) recv_ms: f64,
+    /// When the request ended (its last byte written, or it was cut), in ms since server
+    /// start: requests whose `recv_ms`..`end_ms` overlap were in flight together.
+    pub(crate) end_ms: f64,
     /// The endpoint's path (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`,
     /// `/v1/completions`).
     pub(crate) endpoint: &'static str,

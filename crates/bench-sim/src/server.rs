@@ -695,6 +695,7 @@ impl Drop for RequestGuard {
             log.write(&LogLine {
                 recv_utc: &recv_utc,
                 recv_ms: hold::round_ms(self.recv.saturating_duration_since(self.shared.start)),
+                end_ms: hold::round_ms(Instant::now().saturating_duration_since(self.shared.start)),
                 endpoint: self.endpoint,
                 session: self.session.as_deref(),
                 turn_index: self.turn_index,

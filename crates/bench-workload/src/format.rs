@@ -83,6 +83,12 @@ pub struct TurnRecord {
     /// When the recorded request was sent, ms from the start of the trace (timed traces).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp_ms: Option<f64>,
+    /// Agent graphs: the nodes this turn waits for besides the previous turn of its own
+    /// conversation (a join), as [`NodeRef`] strings (`"main:3"`, `"explore-a:1"`). Their
+    /// answers join this turn's input, one message each, before its `input_delta`; its
+    /// `pre_gap_ms` counts from the last of them to finish.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
 }
 
 impl TurnRecord {
@@ -98,6 +104,7 @@ impl TurnRecord {
             pre_gap_ms: None,
             tool_calls: None,
             timestamp_ms: None,
+            after: Vec::new(),
         }
     }
 }
@@ -119,6 +126,89 @@ pub struct SessionRecord {
     /// The tool definitions the agent sent (OpenAI `tools`), when recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<serde_json::Value>,
+    /// Agent graphs: the subagents the session forks (none: one chain of turns). A subagent
+    /// is a conversation of its own that starts once the node it forks from has finished and
+    /// runs beside its parent; a later turn that names one of its turns in `after` joins it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<Subagent>,
+}
+
+/// The conversation a subagent starts from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SubagentContext {
+    /// The forking node's conversation: every message its request sent and its answer (a
+    /// prefix the server's cache holds), then the subagent's own turns.
+    #[default]
+    Fork,
+    /// A conversation of its own, from its own system prompt (or none).
+    Fresh,
+}
+
+/// One subagent of an agent graph (see [`SessionRecord::subagents`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Subagent {
+    /// Unique within its session; not `main`, no `:`.
+    pub agent_id: String,
+    /// The node it forks from, as a [`NodeRef`] string (`"main:1"`): its first turn is sent
+    /// once that node finished and its own first `pre_gap_ms` passed.
+    pub after: String,
+    /// Where its conversation starts.
+    #[serde(default)]
+    pub context: SubagentContext,
+    /// The kind of subagent as recorded (e.g. Claude Code's `Explore`), for reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_type: Option<String>,
+    /// Its own system prompt (`fresh` subagents; with `fork` it is sent as a user message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Its turns, in order (indices from 0).
+    pub turns: Vec<TurnRecord>,
+}
+
+/// The main conversation's name in node references.
+pub const MAIN_AGENT: &str = "main";
+
+/// A node of an agent graph: turn `turn` of the conversation `agent` (`main` or a subagent's
+/// id), written `"agent:turn"` (the last `:` splits; an optional `"SESSION/"` before it names
+/// the session, which must be the node's own).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodeRef {
+    /// `main` or a subagent's id.
+    pub agent: String,
+    /// The turn's index in that conversation.
+    pub turn: u32,
+}
+
+impl NodeRef {
+    /// Parses `"agent:turn"` (or `"SESSION/agent:turn"`) for a node of `session`.
+    pub fn parse(s: &str, session: &str) -> Result<NodeRef, String> {
+        let (agent, turn) = s.rsplit_once(':').ok_or_else(|| {
+            format!("{s:?} is not a node reference (AGENT:TURN, e.g. \"main:2\")")
+        })?;
+        let agent = match agent.split_once('/') {
+            Some((sess, _)) if sess != session => {
+                return Err(format!(
+                    "{s:?} waits on a node of another session ({sess:?}): a graph's nodes are its own session's"
+                ));
+            }
+            Some((_, a)) => a,
+            None => agent,
+        };
+        let turn = turn
+            .parse::<u32>()
+            .map_err(|_| format!("{s:?}: the turn after ':' must be a number"))?;
+        Ok(NodeRef {
+            agent: agent.to_string(),
+            turn,
+        })
+    }
+}
+
+impl std::fmt::Display for NodeRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.agent, self.turn)
+    }
 }
 
 impl SessionRecord {
@@ -129,17 +219,30 @@ impl SessionRecord {
         if self.session_id.is_empty() {
             return Err("session_id: must not be empty".into());
         }
-        for (i, t) in self.turns.iter().enumerate() {
+        check_turns(&self.turns, "turns")?;
+        for (k, a) in self.subagents.iter().enumerate() {
+            check_turns(&a.turns, &format!("subagents[{k}].turns"))?;
+        }
+        if !self.subagents.is_empty() || self.turns.iter().any(|t| !t.after.is_empty()) {
+            crate::graph::check(self)?;
+        }
+        Ok(())
+    }
+}
+
+fn check_turns(turns: &[TurnRecord], at: &str) -> Result<(), String> {
+    {
+        for (i, t) in turns.iter().enumerate() {
             if t.index as usize != i {
                 return Err(format!(
-                    "turns[{i}].index: expected {i}, found {} (turns must be in order from 0)",
+                    "{at}[{i}].index: expected {i}, found {} (turns must be in order from 0)",
                     t.index
                 ));
             }
             if let Some(g) = t.pre_gap_ms {
                 if !g.is_finite() || g < 0.0 {
                     return Err(format!(
-                        "turns[{i}].pre_gap_ms: must be a non-negative number, found {g}"
+                        "{at}[{i}].pre_gap_ms: must be a non-negative number, found {g}"
                     ));
                 }
             }
@@ -150,7 +253,7 @@ impl SessionRecord {
             ] {
                 if let Some(v) = v.filter(|&v| v > crate::load::MAX_PLAUSIBLE_TOKENS) {
                     return Err(format!(
-                        "turns[{i}].{field}: {v} is not a plausible token count (above {})",
+                        "{at}[{i}].{field}: {v} is not a plausible token count (above {})",
                         crate::load::MAX_PLAUSIBLE_TOKENS
                     ));
                 }
@@ -158,7 +261,7 @@ impl SessionRecord {
             if let Some(ts) = t.timestamp_ms {
                 if !ts.is_finite() || ts < 0.0 {
                     return Err(format!(
-                        "turns[{i}].timestamp_ms: must be a non-negative number, found {ts}"
+                        "{at}[{i}].timestamp_ms: must be a non-negative number, found {ts}"
                     ));
                 }
             }

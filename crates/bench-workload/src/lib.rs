@@ -24,6 +24,7 @@
 pub mod abench;
 pub mod error;
 pub mod format;
+pub mod graph;
 pub mod import;
 pub mod load;
 pub mod plan;

@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::PlanError;
-use crate::format::{Manifest, SessionRecord, TurnRecord};
+use crate::format::{Manifest, SessionRecord, SubagentContext, TurnRecord};
 use crate::load::{self, LoadOptions, LoadReport};
 use crate::tokenize::{TokenCounter, TokenizerSpec};
 
@@ -608,7 +608,84 @@ pub struct PlannedSession {
     /// The recorded `tools` definitions as JSON (`ToolMessages::Faithful` only), sent with
     /// every request of the session.
     pub tools: Option<Arc<str>>,
+    /// Agent graphs: the branches and joins (`None`: one chain of turns). `turns` then holds
+    /// every node, in node order: the main branch's, then each subagent's.
+    pub graph: Option<Box<PlannedGraph>>,
 }
+
+/// The graph of a session that forks subagents (see [`crate::graph`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedGraph {
+    /// Branch 0 is the main conversation, then the subagents.
+    pub branches: Vec<PlannedBranch>,
+    /// Per node: the joins it waits for (node numbers) besides its branch predecessor or fork
+    /// node. A join node's first `joins.len()` messages are those nodes' answers (recorded
+    /// ones in the plan; a run in `model` content mode sends the live ones).
+    pub joins: Vec<Vec<u32>>,
+    /// Per node: its branch.
+    pub branch_of: Vec<u32>,
+    /// Per node: whether a subagent forks from it (its conversation is kept for the child).
+    pub forks: Vec<bool>,
+    /// Figures for `bench plan`.
+    pub stats: GraphStats,
+}
+
+/// One conversation of an agent graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedBranch {
+    /// `main` or the subagent's id.
+    pub agent: Arc<str>,
+    /// The node it forks from (`None` for main).
+    pub fork: Option<u32>,
+    /// Where its conversation starts.
+    pub context: crate::format::SubagentContext,
+    /// A `fresh` branch's system message (the shared prompt and its own).
+    pub system: Option<Msg>,
+    /// Nesting depth (0 for main).
+    pub depth: u32,
+    /// Its first node.
+    pub first: u32,
+    /// Its number of nodes.
+    pub len: u32,
+}
+
+impl PlannedGraph {
+    /// Node `n`'s predecessor in its branch (or, first in a subagent, its fork node).
+    pub fn pred(&self, n: u32) -> Option<u32> {
+        let b = &self.branches[self.branch_of[n as usize] as usize];
+        if n > b.first { Some(n - 1) } else { b.fork }
+    }
+    /// Every node `n` waits for.
+    pub fn deps(&self, n: u32) -> impl Iterator<Item = u32> + '_ {
+        self.pred(n)
+            .into_iter()
+            .chain(self.joins[n as usize].iter().copied())
+    }
+}
+
+/// The shape of one agent graph.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct GraphStats {
+    /// Subagents.
+    pub subagents: u32,
+    /// The most subagents forked from one node.
+    pub max_fan_out: u32,
+    /// The deepest nesting (1: subagents of main).
+    pub depth: u32,
+    /// The most requests in flight at once with every wait at zero and each request taking
+    /// time in proportion to its pinned output.
+    pub max_parallel: u32,
+    /// Pinned output tokens along the longest path (by output tokens).
+    pub critical_path_output_tokens: u64,
+    /// Estimated wall time played as one chain: Σ output ÷ [`EST_STREAM_TOKS`] + Σ waits, s.
+    pub est_serial_s: f64,
+    /// Estimated wall time with the graph's parallelism: the longest path of output ÷
+    /// [`EST_STREAM_TOKS`] + waits, s.
+    pub est_parallel_s: f64,
+}
+
+/// The per-request decode rate the graph estimates assume, output tokens/s.
+pub const EST_STREAM_TOKS: f64 = 50.0;
 
 /// The shared system prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -730,6 +807,9 @@ pub struct PlanSummary {
     /// Estimated wall time at 250, 1,000 and 4,000 output tok/s: Σ output tokens ÷ rate
     /// (tool waits overlap across sessions and are not added).
     pub est_wall_time_s: HashMap<String, f64>,
+    /// Agent graphs in the pool (absent when every session is one chain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphSummary>,
     /// Facts worth telling (e.g. fewer eligible sessions than asked).
     pub notes: Vec<String>,
 }
@@ -811,11 +891,52 @@ impl PlanSummary {
             w("1000"),
             w("4000")
         ));
+        if let Some(g) = &s.graph {
+            t.push_str(&format!(
+                "  agent graphs    {} sessions fork {} subagents · fan-out p50 {} max {} · depth max {}\n",
+                g.graph_sessions,
+                g.subagents,
+                human(g.fan_out.p50),
+                human(g.fan_out.max),
+                human(g.depth.max)
+            ));
+            t.push_str(&format!(
+                "                  parallel requests per session p50 {} max {} · critical path p50 {} output tokens\n",
+                human(g.max_parallel.p50),
+                human(g.max_parallel.max),
+                human(g.critical_path_output_tokens.p50)
+            ));
+            t.push_str(&format!(
+                "                  est. session wall time p50 {:.1} s with its parallelism, {:.1} s as one chain (at {} tok/s a request)\n",
+                g.est_parallel_s.p50, g.est_serial_s.p50, EST_STREAM_TOKS
+            ));
+        }
         for n in &s.notes {
             t.push_str(&format!("  note: {n}\n"));
         }
         t
     }
+}
+
+/// What `bench plan` reports of a pool's agent graphs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GraphSummary {
+    /// Sessions that fork subagents or join.
+    pub graph_sessions: u64,
+    /// Their subagents in all.
+    pub subagents: u64,
+    /// Per graph session: the most subagents forked from one node.
+    pub fan_out: Dist,
+    /// Per graph session: the deepest nesting.
+    pub depth: Dist,
+    /// Per graph session: the most requests in flight at once ([`GraphStats::max_parallel`]).
+    pub max_parallel: Dist,
+    /// Per graph session: pinned output tokens on the longest path.
+    pub critical_path_output_tokens: Dist,
+    /// Per graph session: estimated wall time played as one chain, s.
+    pub est_serial_s: Dist,
+    /// Per graph session: estimated wall time with the graph's parallelism, s.
+    pub est_parallel_s: Dist,
 }
 
 /// A count for people: `12345` → `12.3K`, `1.54M`, `2.00G`; below 10,000 it is written whole.
@@ -884,6 +1005,13 @@ struct Candidate {
     synthetic_gaps: bool,
     system: Option<u32>,
     turns: Vec<CandTurn>,
+    graph: Option<CandGraph>,
+}
+
+struct CandGraph {
+    resolved: crate::graph::Resolved,
+    /// Per subagent: its id, context and (fresh) own system prompt's text id.
+    agents: Vec<(Arc<str>, SubagentContext, Option<u32>)>,
 }
 
 struct CandTurn {
@@ -1064,6 +1192,84 @@ pub fn system_prompt(counter: &TokenCounter, target: u32) -> SystemPromptInfo {
     }
 }
 
+/// A system message: the shared prompt, the session's (or a fresh subagent's) own, or both.
+fn system_message(
+    shared: &Option<Arc<str>>,
+    own: Option<&Arc<str>>,
+    sp: &Option<SystemPromptInfo>,
+    counter: &TokenCounter,
+) -> Msg {
+    let text: String = match (shared, own) {
+        (Some(sh), Some(own)) => format!("{sh}\n\n{own}"),
+        (Some(sh), None) => sh.to_string(),
+        (None, Some(own)) => own.to_string(),
+        (None, None) => String::new(),
+    };
+    // The shared prompt alone was counted when it was built.
+    let tokens = match (sp, own) {
+        (Some(sp), None) => sp.actual_tokens,
+        _ => counter.count(&text),
+    };
+    Arc::new(PlannedMessage {
+        role: Role::System,
+        content_json: json_literal(&text),
+        tokens,
+        extra_json: None,
+    })
+}
+
+/// The shape figures of one graph: fan-out, depth, parallelism, the longest path.
+fn graph_stats(g: &PlannedGraph, turns: &[PlannedTurn], order: &[u32]) -> GraphStats {
+    let mut fan: HashMap<u32, u32> = HashMap::new();
+    for b in &g.branches {
+        if let Some(f) = b.fork {
+            *fan.entry(f).or_default() += 1;
+        }
+    }
+    // Earliest start and end with zero waits, each request lasting its pinned output.
+    let n = turns.len();
+    let (mut start, mut end) = (vec![0u64; n], vec![0u64; n]);
+    let (mut path_out, mut serial_wait) = (vec![0u64; n], 0.0);
+    let mut path_s = vec![0f64; n];
+    for &k in order {
+        let k = k as usize;
+        let out = u64::from(turns[k].max_output_tokens);
+        let wait_s = turns[k].pre_gap_ms / 1000.0;
+        serial_wait += wait_s;
+        start[k] = g.deps(k as u32).map(|d| end[d as usize]).max().unwrap_or(0);
+        end[k] = start[k] + out.max(1);
+        path_out[k] = g
+            .deps(k as u32)
+            .map(|d| path_out[d as usize])
+            .max()
+            .unwrap_or(0)
+            + out;
+        path_s[k] = g
+            .deps(k as u32)
+            .map(|d| path_s[d as usize])
+            .fold(0.0, f64::max)
+            + wait_s
+            + out as f64 / EST_STREAM_TOKS;
+    }
+    let mut edges: Vec<(u64, i32)> = (0..n).flat_map(|k| [(start[k], 1), (end[k], -1)]).collect();
+    edges.sort_unstable_by_key(|&(t, d)| (t, d)); // an end before a start at the same time
+    let (mut cur, mut max_parallel) = (0i32, 0i32);
+    for (_, d) in edges {
+        cur += d;
+        max_parallel = max_parallel.max(cur);
+    }
+    let total_out: u64 = turns.iter().map(|t| u64::from(t.max_output_tokens)).sum();
+    GraphStats {
+        subagents: (g.branches.len() - 1) as u32,
+        max_fan_out: fan.values().copied().max().unwrap_or(0),
+        depth: g.branches.iter().map(|b| b.depth).max().unwrap_or(0),
+        max_parallel: max_parallel.max(0) as u32,
+        critical_path_output_tokens: path_out.iter().copied().max().unwrap_or(0),
+        est_serial_s: total_out as f64 / EST_STREAM_TOKS + serial_wait,
+        est_parallel_s: path_s.iter().copied().fold(0.0, f64::max),
+    }
+}
+
 fn json_literal(content: &str) -> Arc<str> {
     // Serializing a str cannot fail.
     Arc::from(serde_json::to_string(content).unwrap_or_else(|_| "\"\"".into()))
@@ -1116,6 +1322,7 @@ fn synthetic_sessions(
             system_prompt: None,
             turns,
             tools: None,
+            subagents: Vec::new(),
         }
     })
 }
@@ -1168,16 +1375,66 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                 return Ok(());
             }
             if let Some(max) = cfg.max_turns {
-                rec.turns.truncate(max as usize);
+                if rec.subagents.is_empty() {
+                    rec.turns.truncate(max as usize);
+                } else {
+                    crate::graph::cut(&mut rec, max as usize);
+                }
             }
+            // A forked subagent's own prompt is a user message at its start.
+            for a in &mut rec.subagents {
+                if a.context == SubagentContext::Fork {
+                    if let Some(sp) = a.system_prompt.take().filter(|p| !p.is_empty()) {
+                        if let Some(t0) = a.turns.first_mut() {
+                            t0.input_delta.insert(
+                                0,
+                                crate::format::Message {
+                                    role: "user".into(),
+                                    content: sp,
+                                    tool_call_id: None,
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            let graph = if rec.subagents.is_empty() && rec.turns.iter().all(|t| t.after.is_empty())
+            {
+                None
+            } else {
+                let resolved = crate::graph::resolve(&rec).map_err(|message| PlanError::Input {
+                    file: summary.dataset.clone().into(),
+                    line: None,
+                    message,
+                })?;
+                let agents = rec
+                    .subagents
+                    .iter()
+                    .map(|a| {
+                        (
+                            Arc::<str>::from(a.agent_id.as_str()),
+                            a.context,
+                            a.system_prompt
+                                .as_deref()
+                                .filter(|s| !s.is_empty())
+                                .map(|s| interner.id(s)),
+                        )
+                    })
+                    .collect();
+                Some(CandGraph { resolved, agents })
+            };
             let system = rec
                 .system_prompt
                 .as_deref()
                 .filter(|s| !s.is_empty())
                 .map(|s| interner.id(s));
+            let sub_turns = std::mem::take(&mut rec.subagents)
+                .into_iter()
+                .flat_map(|a| a.turns);
             let turns = rec
                 .turns
                 .into_iter()
+                .chain(sub_turns)
                 .map(|mut t| {
                     let delta = t
                         .input_delta
@@ -1235,6 +1492,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                 synthetic_gaps,
                 system,
                 turns,
+                graph,
             });
             Ok(())
         };
@@ -1378,23 +1636,70 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                 }
             })
             .collect();
-        let mut ctx = if sp_tokens > 0 || cand.system.is_some() {
-            sp_tokens
-                + cand.system.map_or(0, |s| u64::from(counts[s as usize]))
-                + MESSAGE_OVERHEAD_TOKENS
-        } else {
-            0
-        };
-        let mut prompts = Vec::with_capacity(cand.turns.len());
-        for t in &cand.turns {
-            for (_, id, _) in &t.delta {
-                ctx += u64::from(counts[*id as usize]) + MESSAGE_OVERHEAD_TOKENS;
+        let system_ctx = |own: Option<u32>| {
+            if sp_tokens > 0 || own.is_some() {
+                sp_tokens
+                    + own.map_or(0, |s| u64::from(counts[s as usize]))
+                    + MESSAGE_OVERHEAD_TOKENS
+            } else {
+                0
             }
-            prompts.push(ctx);
-            ctx += u64::from(counts[t.answer as usize]) + MESSAGE_OVERHEAD_TOKENS;
-        }
-        let last = prompts.len() - 1;
-        let peak = prompts[last] + u64::from(outputs[last]);
+        };
+        let delta_tokens = |t: &CandTurn| -> u64 {
+            t.delta
+                .iter()
+                .map(|(_, id, _)| u64::from(counts[*id as usize]) + MESSAGE_OVERHEAD_TOKENS)
+                .sum()
+        };
+        let answer_tokens =
+            |t: &CandTurn| u64::from(counts[t.answer as usize]) + MESSAGE_OVERHEAD_TOKENS;
+        let (prompts, peak) = match &cand.graph {
+            None => {
+                let mut ctx = system_ctx(cand.system);
+                let mut prompts = Vec::with_capacity(cand.turns.len());
+                for t in &cand.turns {
+                    ctx += delta_tokens(t);
+                    prompts.push(ctx);
+                    ctx += answer_tokens(t);
+                }
+                let last = prompts.len() - 1;
+                let peak = prompts[last] + u64::from(outputs[last]);
+                (prompts, peak)
+            }
+            Some(g) => {
+                // In dependency order: a branch starts from its fork node's context (or its
+                // own system prompt), a join adds its dependencies' answers.
+                let r = &g.resolved;
+                let mut prompts = vec![0u64; cand.turns.len()];
+                let mut after = vec![0u64; cand.turns.len()];
+                for &n in &r.order {
+                    let (n, b) = (n as usize, r.branch_of[n as usize] as usize);
+                    let br = &r.branches[b];
+                    let start = if n as u32 > br.first {
+                        after[n - 1]
+                    } else {
+                        match (br.fork, b.checked_sub(1).map(|k| &g.agents[k])) {
+                            (Some(f), Some((_, SubagentContext::Fork, _))) => after[f as usize],
+                            (_, Some((_, SubagentContext::Fresh, own))) => system_ctx(*own),
+                            _ => system_ctx(cand.system),
+                        }
+                    };
+                    let joined: u64 = r.joins[n]
+                        .iter()
+                        .map(|&d| answer_tokens(&cand.turns[d as usize]))
+                        .sum();
+                    prompts[n] = start + joined + delta_tokens(&cand.turns[n]);
+                    after[n] = prompts[n] + answer_tokens(&cand.turns[n]);
+                }
+                let peak = prompts
+                    .iter()
+                    .zip(&outputs)
+                    .map(|(p, o)| p + u64::from(*o))
+                    .max()
+                    .unwrap_or(0);
+                (prompts, peak)
+            }
+        };
         peaks_all.push(peak);
         if cfg.min_context.is_some_and(|lo| peak < lo)
             || cfg.max_context.is_some_and(|hi| peak > hi)
@@ -1453,7 +1758,14 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
     // Sessions' own system prompts (few, short), taken before texts are consumed below.
     let own_system: HashMap<u32, Arc<str>> = shaped
         .iter()
-        .filter_map(|s| s.cand.system)
+        .flat_map(|s| {
+            s.cand.system.into_iter().chain(
+                s.cand
+                    .graph
+                    .iter()
+                    .flat_map(|g| g.agents.iter().filter_map(|a| a.2)),
+            )
+        })
         .map(|id| (id, texts[id as usize].clone()))
         .collect();
 
@@ -1513,14 +1825,27 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
             .iter()
             .map(|t| t.rec.pre_gap_ms.unwrap_or(0.0))
             .collect();
-        let prev_out: Vec<u64> = std::iter::once(0)
-            .chain(cand.turns.iter().map(|t| {
-                t.rec
-                    .output_tokens
-                    .unwrap_or(u64::from(counts[t.answer as usize]))
-            }))
-            .take(cand.turns.len())
-            .collect();
+        let out_of = |t: &CandTurn| {
+            t.rec
+                .output_tokens
+                .unwrap_or(u64::from(counts[t.answer as usize]))
+        };
+        let prev_out: Vec<u64> = match &cand.graph {
+            None => std::iter::once(0)
+                .chain(cand.turns.iter().map(out_of))
+                .take(cand.turns.len())
+                .collect(),
+            // A node's interval runs from the dependency that released it.
+            Some(g) => (0..cand.turns.len())
+                .map(|n| {
+                    g.resolved
+                        .deps(n as u32)
+                        .map(|d| out_of(&cand.turns[d as usize]))
+                        .next()
+                        .unwrap_or(0)
+                })
+                .collect(),
+        };
         let waits = if is_synthetic || cfg.raw_gaps || cand.synthetic_gaps {
             intervals
                 .iter()
@@ -1536,32 +1861,32 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                 system_msgs
                     .entry(key)
                     .or_insert_with(|| {
-                        let own = key
-                            .and_then(|id| own_system.get(&id))
-                            .map(|t| t.to_string());
-                        let text: String = match (&shared_system, own) {
-                            (Some(sh), Some(own)) => format!("{sh}\n\n{own}"),
-                            (Some(sh), None) => sh.to_string(),
-                            (None, Some(own)) => own,
-                            (None, None) => String::new(),
-                        };
-                        // The shared prompt alone was counted when it was built.
-                        let tokens = match (&sp, key) {
-                            (Some(sp), None) => sp.actual_tokens,
-                            _ => counter.count(&text),
-                        };
-                        Arc::new(PlannedMessage {
-                            role: Role::System,
-                            content_json: json_literal(&text),
-                            tokens,
-                            extra_json: None,
-                        })
+                        system_message(
+                            &shared_system,
+                            key.and_then(|id| own_system.get(&id)),
+                            &sp,
+                            counter,
+                        )
                     })
                     .clone(),
             )
         } else {
             None
         };
+        let answers: Vec<u32> = cand.turns.iter().map(|t| t.answer).collect();
+        let joins_of = |k: usize| -> &[u32] {
+            cand.graph
+                .as_ref()
+                .map_or(&[][..], |g| g.resolved.joins[k].as_slice())
+        };
+        let joined: Vec<Vec<Msg>> = (0..cand.turns.len())
+            .map(|k| {
+                joins_of(k)
+                    .iter()
+                    .map(|&d| msg(Role::User, answers[d as usize], &mut texts))
+                    .collect()
+            })
+            .collect();
         let mut turns = Vec::with_capacity(cand.turns.len());
         for (k, t) in cand.turns.into_iter().enumerate() {
             let mut gap = waits[k];
@@ -1582,11 +1907,12 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                 Some(v) => rec_cached += v,
                 None => all_rec_cached = false,
             }
-            let delta: Vec<Msg> = t
-                .delta
-                .iter()
-                .map(|(r, id, extra)| with_extra(msg(*r, *id, &mut texts), extra))
-                .collect();
+            let mut delta: Vec<Msg> = joined[k].clone();
+            delta.extend(
+                t.delta
+                    .iter()
+                    .map(|(r, id, extra)| with_extra(msg(*r, *id, &mut texts), extra)),
+            );
             summary.new_input_tokens += delta.iter().map(|m| u64::from(m.tokens)).sum::<u64>();
             summary.input_tokens += prompts[k];
             summary.output_tokens += u64::from(outputs[k]);
@@ -1604,6 +1930,65 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
             });
         }
         summary.turns += turns.len() as u64;
+        let graph = cand.graph.map(|g| {
+            let mut system_for = |own: Option<u32>| -> Option<Msg> {
+                (shared_system.is_some() || own.is_some()).then(|| {
+                    system_msgs
+                        .entry(own)
+                        .or_insert_with(|| {
+                            system_message(
+                                &shared_system,
+                                own.and_then(|id| own_system.get(&id)),
+                                &sp,
+                                counter,
+                            )
+                        })
+                        .clone()
+                })
+            };
+            let branches = g
+                .resolved
+                .branches
+                .iter()
+                .enumerate()
+                .map(|(b, br)| {
+                    let (agent, context, own) = match b.checked_sub(1) {
+                        None => (
+                            Arc::from(crate::format::MAIN_AGENT),
+                            SubagentContext::Fork,
+                            None,
+                        ),
+                        Some(k) => g.agents[k].clone(),
+                    };
+                    PlannedBranch {
+                        agent,
+                        fork: br.fork,
+                        context,
+                        system: (context == SubagentContext::Fresh)
+                            .then(|| system_for(own))
+                            .flatten(),
+                        depth: br.depth,
+                        first: br.first,
+                        len: br.len,
+                    }
+                })
+                .collect();
+            let mut forks = vec![false; turns.len()];
+            for br in &g.resolved.branches {
+                if let Some(f) = br.fork {
+                    forks[f as usize] = true;
+                }
+            }
+            let mut pg = PlannedGraph {
+                branches,
+                joins: g.resolved.joins,
+                branch_of: g.resolved.branch_of,
+                forks,
+                stats: GraphStats::default(),
+            };
+            pg.stats = graph_stats(&pg, &turns, &g.resolved.order);
+            Box::new(pg)
+        });
         sessions.push(PlannedSession {
             id: cand.id,
             system,
@@ -1611,6 +1996,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
             peak_context: peak,
             model: cand.model,
             tools: cand.tools,
+            graph,
         });
     }
     summary.sessions = sessions.len() as u64;
@@ -1622,6 +2008,25 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
     summary.peak_context = Dist::of(sessions.iter().map(|s| s.peak_context as f64).collect());
     summary.turns_per_session = Dist::of(sessions.iter().map(|s| s.turns.len() as f64).collect());
     summary.output_policy = Some(policy);
+    let graphs: Vec<&GraphStats> = sessions
+        .iter()
+        .filter_map(|s| s.graph.as_ref().map(|g| &g.stats))
+        .collect();
+    if !graphs.is_empty() {
+        let d = |f: &dyn Fn(&GraphStats) -> f64| {
+            Dist::of(graphs.iter().map(|g| f(g)).collect()).unwrap_or_default()
+        };
+        summary.graph = Some(GraphSummary {
+            graph_sessions: graphs.len() as u64,
+            subagents: graphs.iter().map(|g| u64::from(g.subagents)).sum(),
+            fan_out: d(&|g| f64::from(g.max_fan_out)),
+            depth: d(&|g| f64::from(g.depth)),
+            max_parallel: d(&|g| f64::from(g.max_parallel)),
+            critical_path_output_tokens: d(&|g| g.critical_path_output_tokens as f64),
+            est_serial_s: d(&|g| g.est_serial_s),
+            est_parallel_s: d(&|g| g.est_parallel_s),
+        });
+    }
     for rate in [250u32, 1000, 4000] {
         summary.est_wall_time_s.insert(
             rate.to_string(),

@@ -165,6 +165,25 @@ pub fn plan_digest(plan: &Plan) -> String {
             h.update(&t.est_prompt_tokens.to_le_bytes());
             h.update(&t.timestamp_ms.map_or(u64::MAX, f64::to_bits).to_le_bytes());
         }
+        // A linear session adds nothing here, so its digest is what it was before graphs.
+        if let Some(g) = &s.graph {
+            h.update(b"graph");
+            for b in &g.branches {
+                field(&mut h, b.agent.as_bytes());
+                h.update(&b.fork.map_or(u32::MAX, |f| f).to_le_bytes());
+                h.update(&[b.context as u8]);
+                h.update(&b.len.to_le_bytes());
+                if let Some(m) = &b.system {
+                    msg(&mut h, m);
+                }
+            }
+            for j in &g.joins {
+                h.update(&(j.len() as u32).to_le_bytes());
+                for d in j {
+                    h.update(&d.to_le_bytes());
+                }
+            }
+        }
     }
     format!("{:032x}", h.digest128())
 }

@@ -46,6 +46,7 @@ pub fn turn(s: &str, turn_index: u32, sent_s: f64) -> TurnRecord {
         superseded: false,
         attempts: 1,
         failed_attempts: Vec::new(),
+        node: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The engine against the embedded simulator and scripted servers, over real loopback HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod graph;
 mod paused;
 
 use std::sync::{Arc, Mutex};

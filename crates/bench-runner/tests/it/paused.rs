@@ -268,6 +268,7 @@ fn session(i: usize, turns: u32, gap_ms: f64) -> PlannedSession {
         peak_context: 100 * u64::from(turns) + u64::from(OUT),
         model: None,
         tools: None,
+        graph: None,
     }
 }
 

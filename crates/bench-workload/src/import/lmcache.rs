@@ -180,5 +180,6 @@ fn build_session(ctx: &mut Ctx<'_>, id: String, mut calls: Vec<Call>, t0: i64) -
         system_prompt: None,
         turns,
         tools: None,
+        subagents: Vec::new(),
     }
 }

@@ -168,6 +168,7 @@ pub(crate) fn import_file(ctx: &mut Ctx<'_>, path: &Path) -> Result<(), ImportEr
             system_prompt: None,
             turns: vec![turn],
             tools: None,
+            subagents: Vec::new(),
         };
         ctx.emit(path, Some(line), session)?;
         Ok(Ok(()))

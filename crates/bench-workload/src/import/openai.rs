@@ -123,6 +123,7 @@ fn session(ctx: &mut Ctx<'_>, value: &Value, at: &str, default_id: String) -> Se
             system_prompt: turns.system_prompt,
             turns: turns.turns,
             tools,
+            subagents: Vec::new(),
         },
         turns.trailing,
     ))

@@ -99,6 +99,7 @@ fn conversation(
         system_prompt: turns.system_prompt,
         turns: turns.turns,
         tools: None,
+        subagents: Vec::new(),
     };
     Ok((session, turns.trailing))
 }

@@ -82,6 +82,7 @@ fn session(traj: &Value, session_id: String) -> Result<(SessionRecord, usize, u6
             system_prompt: turns.system_prompt,
             turns: turns.turns,
             tools: None,
+            subagents: Vec::new(),
         },
         turns.trailing,
         dropped,
