@@ -7,6 +7,7 @@ mod bounds;
 mod compare;
 mod embed;
 mod faults;
+mod graph;
 mod journeys;
 mod probe;
 mod report;
