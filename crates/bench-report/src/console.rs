@@ -103,6 +103,11 @@ impl RunResult {
                 num(p.turns.p50, 0),
             ));
         }
+        if let Some(g) = &self.graph {
+            for l in g.text().lines() {
+                line(l.to_string());
+            }
+        }
         let range = match (w.start_s, w.end_s) {
             (Some(a), Some(b)) => format!(", {a:.1}–{b:.1} s"),
             _ => String::new(),

@@ -17,6 +17,7 @@
 pub mod compare;
 pub mod export;
 pub mod grade;
+pub mod graph;
 pub mod html;
 pub mod report;
 pub mod sweep;

@@ -213,6 +213,10 @@ impl RunResult {
                 );
             }
         }
+        if let Some(g) = &self.graph {
+            md.push('\n');
+            md.push_str(&g.markdown());
+        }
         md
     }
 }

@@ -78,6 +78,10 @@ pub struct RunResult {
     /// (absent when no measured turn was sent, and in results written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<crate::sessions::SessionMetrics>,
+    /// Agent graphs: where the time of the plays of sessions that fork subagents went, along
+    /// each one's critical path, and TTFT by depth (absent when every session is one chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<crate::graph::GraphBreakdown>,
     /// The client's own CPU over the measured phase (filled by the caller, e.g. `bench_run`;
     /// absent when not read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -487,6 +491,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         server: serde_json::Value::Null,
         grades: Vec::new(),
         sessions: crate::sessions::SessionMetrics::compute(records, sessions, slo),
+        graph: crate::graph::breakdown(records, sessions),
         client: None,
         validity: None,
         steady_window: SteadyWindow {

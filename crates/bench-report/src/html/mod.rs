@@ -438,7 +438,61 @@ fn sessions(out: &mut String, r: &RunResult, data: &ReportData) {
     row("output tokens", &m.output_tokens, 0);
     out.push_str("</tbody>\n</table>\n");
     longest_plays(out, data);
+    if let Some(g) = &r.graph {
+        graph(out, g);
+    }
     out.push_str("</section>\n");
+}
+
+/// Agent graphs: each play's critical path by component, and TTFT by depth.
+fn graph(out: &mut String, g: &crate::graph::GraphBreakdown) {
+    out.push_str("<h3>Agent graphs: where the time went</h3>\n");
+    let c = &g.critical_path_share;
+    let _ = writeln!(
+        out,
+        "<p>{} graph plays; requests in flight per play p50 {}, max {} (<code>-c</code> \
+         counts sessions). The critical path — walked back from each play's last node along the \
+         agent's own line, time blocked on a slower sibling counted as join wait — is {} of a \
+         play's e2e at p50 (p90 {}).</p>",
+        g.sessions,
+        num(g.max_in_flight.p50, 1),
+        g.max_in_flight.max,
+        pct(c.p50),
+        pct(c.p90)
+    );
+    out.push_str(
+        "<table class=\"graph-metrics\">\n<thead><tr><th>on the critical path</th><th>total, s</th>\
+         <th>mean share of e2e</th></tr></thead>\n<tbody>\n",
+    );
+    for (name, comp) in g.components.named() {
+        let _ = writeln!(
+            out,
+            "<tr><th>{}</th><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            esc(name),
+            num(Some(comp.total_s), 3),
+            pct(comp.share)
+        );
+    }
+    out.push_str("</tbody>\n</table>\n");
+    if !g.ttft_by_depth.is_empty() {
+        out.push_str(
+            "<table class=\"graph-depth\">\n<thead><tr><th>TTFT by depth, ms</th><th>p50</th>\
+             <th>p90</th><th>p99</th><th>n</th></tr></thead>\n<tbody>\n",
+        );
+        for d in &g.ttft_by_depth {
+            let _ = writeln!(
+                out,
+                "<tr><th>depth {}</th><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+                 <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                d.depth,
+                num(d.p50_ms, 1),
+                num(d.p90_ms, 1),
+                num(d.p99_ms, 1),
+                d.n
+            );
+        }
+        out.push_str("</tbody>\n</table>\n");
+    }
 }
 
 /// How many of the longest plays are listed.

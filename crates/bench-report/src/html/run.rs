@@ -1,4 +1,5 @@
-//! The nine charts of one run's report. Turn charts use the measured ok turns (the session
+//! The nine charts of one run's report (and a tenth, the agent-graph timeline, for runs with
+//! graph sessions). Turn charts use the measured ok turns (the session
 //! timeline: measured turns of any status); warmup and superseded records are skipped
 //! everywhere. The three server charts plot `ReportData::server`.
 
@@ -48,7 +49,7 @@ pub(super) fn figures(data: &ReportData) -> Vec<Figure> {
         count(skipped)
     );
     let window = steady_span(data);
-    vec![
+    let mut figures = vec![
         cdf(
             "ttft_cdf",
             "TTFT distribution",
@@ -103,7 +104,132 @@ pub(super) fn figures(data: &ReportData) -> Vec<Figure> {
             },
         ),
         timeline(&measured, skipped),
-    ]
+    ];
+    // Agent graphs: one play's branches, drawn (only when the run has graph sessions).
+    if let Some((sid, replay)) = crate::graph::pick_timeline_play(&data.turns) {
+        figures.push(graph_timeline(&data.turns, &sid, replay));
+    }
+    figures
+}
+
+/// One agent-graph play: a row per conversation (main on top, then its subagents in the order
+/// they started), each node a bar from its send to its last byte, its wait (from the end of
+/// what released it to its send) a thin grey bar, and a line from the node that released it.
+fn graph_timeline(turns: &[TurnRecord], sid: &str, replay: u32) -> Figure {
+    const NAME: &str = "graph_timeline";
+    const TITLE: &str = "Agent graph: one session's branches";
+    let bars = crate::graph::timeline(turns, sid, replay);
+    let covers = format!(
+        "Session {sid:?}, play {replay}: the graph play with the most nodes ({} nodes).",
+        bars.len()
+    );
+    if bars.is_empty() {
+        return Figure::empty(NAME, TITLE, covers, "No graph node: nothing to plot.");
+    }
+    let mut rows: Vec<&str> = Vec::new();
+    for b in &bars {
+        if !rows.contains(&b.agent.as_str()) {
+            rows.push(&b.agent);
+        }
+    }
+    let row_of = |agent: &str| rows.iter().position(|r| *r == agent).unwrap_or(0) as f64;
+    let released: std::collections::HashMap<u32, (f64, Option<u32>)> = turns
+        .iter()
+        .filter(|r| r.session_id == sid && r.replay == replay && !r.warmup && !r.superseded)
+        .filter_map(|r| {
+            r.node
+                .as_ref()
+                .map(|n| (r.turn_index, (n.released_s, n.released_by)))
+        })
+        .collect();
+    let by_index: std::collections::HashMap<u32, &crate::graph::TimelineBar> =
+        bars.iter().map(|b| (b.turn_index, b)).collect();
+    let x = range_of(
+        bars.iter().flat_map(|b| [b.due_s, b.sent_s, b.end_s]),
+        false,
+    );
+    let px = (x.end - x.start) / f64::from(TIMELINE_WIDTH - 90);
+    let n_rows = rows.len();
+    let top = n_rows as f64 - 1.0;
+    let caption = format!(
+        "One row per conversation of the play ({n_rows}: main at the top, then its subagents by          start): each request a bar from its send to its last byte (blue ok, red failed), the          wait before it — from the end of the node that released it to its send — a thin grey          bar, and a line from that node's end: forks fan out from one node, a join is drawn          from its slowest dependency. {covers}"
+    );
+    let height = (n_rows as u32 * 28 + 120).max(240);
+    let labels: Vec<String> = rows.iter().map(|r| (*r).to_string()).collect();
+    Figure::drawn(NAME, TITLE, caption, (TIMELINE_WIDTH, height), |root| {
+        let mut chart = build(
+            root,
+            &Axes {
+                x: x.clone(),
+                y: -0.7..top + 0.7,
+                ..Axes::default()
+            },
+        )?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_desc("time since the run started, s")
+            .y_desc("conversation")
+            .x_labels(10)
+            .y_labels(n_rows.min(12))
+            .axis_desc_style(("sans-serif", DESC_FONT))
+            .label_style(("sans-serif", LABEL_FONT))
+            .x_label_formatter(&|v| axis_num(*v))
+            .y_label_formatter(&|v| {
+                let row = top - v.round();
+                if row >= 0.0 && (v - v.round()).abs() < 1e-9 {
+                    labels.get(row as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .draw()?;
+        marks_start(root)?;
+        let y_of = |agent: &str| top - row_of(agent);
+        let (mut waits, mut ok_bars, mut failed_bars, mut links) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for b in &bars {
+            let y = y_of(&b.agent);
+            if let Some(&(rel, by)) = released.get(&b.turn_index) {
+                if b.sent_s > rel {
+                    waits.push(Rectangle::new(
+                        [(rel, y - 0.1), (b.sent_s, y + 0.1)],
+                        C_GREY.mix(0.7).filled(),
+                    ));
+                }
+                if let Some(from) = by.and_then(|d| by_index.get(&d)) {
+                    links.push(PathElement::new(
+                        vec![(from.end_s, y_of(&from.agent)), (rel.max(from.end_s), y)],
+                        C_GREY.stroke_width(1),
+                    ));
+                }
+            }
+            let (into, color) = match b.status {
+                crate::graph::BarStatus::Ok => (&mut ok_bars, C_BLUE),
+                crate::graph::BarStatus::Failed => (&mut failed_bars, C_RED),
+            };
+            into.push(Rectangle::new(
+                [(b.sent_s, y - 0.35), (b.end_s.max(b.sent_s + px), y + 0.35)],
+                color.filled(),
+            ));
+        }
+        chart.draw_series(links)?;
+        chart.draw_series(waits)?;
+        chart.draw_series(ok_bars)?;
+        let any_failed = !failed_bars.is_empty();
+        if any_failed {
+            chart.draw_series(failed_bars)?;
+        }
+        marks_end(root)?;
+        let mut keys = vec![
+            (Key::Box, C_BLUE, "request (ok)"),
+            (Key::Box, C_GREY, "wait / released by"),
+        ];
+        if any_failed {
+            keys.push((Key::Box, C_RED, "request (failed)"));
+        }
+        legend(root, &keys)
+    })
 }
 
 /// The steady window's `(start, end)`, s, when the result has one.

@@ -599,3 +599,70 @@ fn sweep_html_without_figures_says_why() {
     }
     assert!(page.contains("a point failed: every turn failed"));
 }
+
+/// A fork/join play: main:0, main:1, three subagents of one node each forked after main:1,
+/// the join main:2 released by the slowest; plus a linear session beside it.
+fn graph_records() -> (Vec<TurnRecord>, Vec<SessionRecord>) {
+    use bench_report::record::NodeInfo;
+    let node = |agent: &str, depth: u32, after: Vec<u32>, released_s: f64, by: Option<u32>| {
+        Some(NodeInfo {
+            agent: agent.to_owned(),
+            depth,
+            after,
+            released_s,
+            released_by: by,
+            in_flight: 1,
+        })
+    };
+    let mut turns = Vec::new();
+    let mut t = |i: u32, sent: f64, dur: f64, n: Option<NodeInfo>| {
+        let mut r = turn("g", i, sent);
+        r.end_s = sent + dur;
+        r.first_token_s = Some(sent + dur / 4.0);
+        r.node = n;
+        turns.push(r);
+    };
+    t(0, 0.0, 1.0, node("main", 0, vec![], 0.0, None));
+    t(1, 1.5, 1.0, node("main", 0, vec![0], 1.0, Some(0)));
+    t(3, 2.6, 1.0, node("a", 1, vec![1], 2.5, Some(1)));
+    t(4, 2.7, 2.0, node("b", 1, vec![1], 2.5, Some(1)));
+    t(5, 2.8, 1.5, node("c", 1, vec![1], 2.5, Some(1)));
+    t(2, 5.0, 1.0, node("main", 0, vec![1, 3, 4, 5], 4.7, Some(4)));
+    let (mut lin, mut sessions) = records(1, 3, 0.0);
+    turns.append(&mut lin);
+    sessions.push(SessionRecord {
+        turns_played: 6,
+        turns_planned: 6,
+        start_s: 0.0,
+        end_s: 6.0,
+        ..session("g", SessionStatus::Completed)
+    });
+    (turns, sessions)
+}
+
+#[test]
+fn html_an_agent_graph_run_draws_one_plays_branches() {
+    let (turns, sessions) = graph_records();
+    let page = html(&data(turns, sessions, scrapes(10)));
+    dev_write("dev-graph.html", &page);
+    let f = figure(&page, "graph_timeline");
+    assert!(!f.contains("class=\"empty\""), "the graph timeline draws");
+    let m = marks(f);
+    // Four rows (main, a, b, c); six requests and, for every node after the first, a line
+    // from the node that released it.
+    assert!(f.contains("4: main at the top"), "{f}");
+    assert_eq!(
+        count(m, "path") + count(m, "polyline"),
+        5,
+        "one link per released node"
+    );
+    assert!(count(m, "rect") >= 6, "a bar per request");
+    assert!(
+        page.contains("<table class=\"graph-metrics\">"),
+        "the graph block is reported"
+    );
+    assert!(page.contains("join wait"));
+    // A run of chains has no graph timeline.
+    let page = html(&small());
+    assert!(!page.contains("data-chart=\"graph_timeline\""));
+}

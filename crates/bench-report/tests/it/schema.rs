@@ -27,6 +27,24 @@ fn rich() -> RunResult {
             r.worker = Some(format!("w{}", (s + t / 11) % 2));
             r.active_at_dispatch = if s == 3 && t == 0 { 3 } else { 4 };
             r.ttft_ms = Some(100.0 + f64::from(t));
+            if s == 2 {
+                // An agent graph: main 0–5, a subagent's 6–8 forked after 5, joined at 9.
+                let (agent, depth, after) = match t {
+                    0 => ("main", 0, vec![]),
+                    6 => ("a", 1, vec![5]),
+                    7 | 8 => ("a", 1, vec![t - 1]),
+                    9 => ("main", 0, vec![5, 8]),
+                    _ => ("main", 0, vec![t - 1]),
+                };
+                r.node = Some(bench_report::record::NodeInfo {
+                    agent: agent.into(),
+                    depth,
+                    released_by: after.last().copied(),
+                    after,
+                    released_s: (sent - 1.0).max(0.0),
+                    in_flight: 1,
+                });
+            }
             recs.push(r);
         }
     }
@@ -131,6 +149,19 @@ fn metrics_keys(m: &Value, block: &str) {
 #[test]
 fn every_stable_key_is_present_with_its_type() {
     let v = serde_json::to_value(rich()).unwrap();
+    let g = &v["graph"];
+    assert_eq!(g["sessions"], 1, "{g}");
+    for c in [
+        "dispatch_lag",
+        "ttft_uncached",
+        "ttft_cached",
+        "decode",
+        "tool_wait",
+        "join_wait",
+    ] {
+        assert!(g["components"][c]["total_s"].is_number(), "graph {c}");
+    }
+    assert_eq!(g["ttft_by_depth"].as_array().unwrap().len(), 2);
     assert_eq!(v["schema_version"], serde_json::json!(SCHEMA_VERSION));
     assert_eq!(SCHEMA_VERSION, 1);
     assert!(v["generated_by"].as_str().unwrap().starts_with("bench "));
