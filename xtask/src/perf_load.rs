@@ -1,4 +1,4 @@
-//! `cargo xtask perf [load] [client|http|fidelity|scale|long|sim]...`: the load scenarios.
+//! `cargo xtask perf [load] [client|http|fidelity|scale|long|sim|api|graph]...`: the load scenarios.
 //!
 //! Every scenario runs the release `bench` binary against `bench sim` (a separate process) and,
 //! where the issue names one, a peer against the same simulator in the same run: SGLang's Rust
@@ -1695,6 +1695,133 @@ fn scale_scenario(bench: &Path, rep: &mut Report, seconds: u32, sessions: u64) -
     Ok(())
 }
 
+/// Sessions of the graph scenario.
+const GRAPH_SESSIONS: u64 = 10_000;
+
+/// Writes `sessions` sessions to `path`, each of the same 10 requests: as one chain
+/// (`graph: false`), or as an agent graph (`graph: true`: main:0, main:1, three subagents of two
+/// turns forked after main:1, the join main:2, main:3, main:4). Every message is 64 filler
+/// words, every answer 8; every wait 2 s (`--raw-gaps`), so a graph session, whose subagents
+/// run side by side, lasts 6 waits and a chain 9.
+fn write_graph_trace(path: &Path, sessions: u64, graph: bool) -> Result<()> {
+    use std::io::Write as _;
+    let words = |seed: u64, n: usize| -> String {
+        let w = ["the", "of", "and", "to", "in", "is", "that", "for"];
+        (0..n)
+            .map(|k| w[((seed.wrapping_mul(0x9e37_79b9) >> (k % 29)) as usize + k) % w.len()])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let turn = |s: u64, n: u64, i: u32, gap: f64| {
+        json!({"index": i, "input_delta": [{"role": "user", "content": format!("s{s} n{n} {}", words(s ^ n, 64))}],
+               "assistant_text": words(s * 31 + n, 8), "output_tokens": 8, "pre_gap_ms": gap})
+    };
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for s in 0..sessions {
+        let line = if graph {
+            let mut main: Vec<Value> = (0..5u32)
+                .map(|i| turn(s, u64::from(i), i, if i == 0 { 0.0 } else { 2000.0 }))
+                .collect();
+            main[2]["after"] = json!(["a:1", "b:1", "c:1"]);
+            let subs: Vec<Value> = ["a", "b", "c"]
+                .iter()
+                .enumerate()
+                .map(|(k, id)| {
+                    let base = 5 + 2 * k as u64;
+                    json!({"agent_id": id, "after": "main:1",
+                           "turns": [turn(s, base, 0, 2000.0), turn(s, base + 1, 1, 2000.0)]})
+                })
+                .collect();
+            json!({"session_id": format!("g{s}"), "source": {"dataset": "synthetic"}, "turns": main, "subagents": subs})
+        } else {
+            let turns: Vec<Value> = (0..10u32)
+                .map(|i| turn(s, u64::from(i), i, if i == 0 { 0.0 } else { 2000.0 }))
+                .collect();
+            json!({"session_id": format!("l{s}"), "source": {"dataset": "synthetic"}, "turns": turns})
+        };
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Agent graphs against chains of the same requests: client CPU per turn and memory per
+/// session, 10,000 sessions at once, the defaults; three interleaved runs of each, medians.
+fn graph_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
+    let dir = perf_dir();
+    let (chain_file, graph_file) = (dir.join("graph-chain.jsonl"), dir.join("graph-graph.jsonl"));
+    write_graph_trace(&chain_file, GRAPH_SESSIONS, false)?;
+    write_graph_trace(&graph_file, GRAPH_SESSIONS, true)?;
+    let sim = Sim::start(bench, &["--ttft-ms", "50", "--itl-ms", "0"], Some("0"))?;
+    let c = u32::try_from(GRAPH_SESSIONS)?;
+    let n = GRAPH_SESSIONS.to_string();
+    let (mut chains, mut graphs) = (Vec::new(), Vec::new());
+    for round in 0..3 {
+        for (file, runs) in [(&graph_file, &mut graphs), (&chain_file, &mut chains)] {
+            eprintln!("xtask perf graph: round {round}, {}", file.display());
+            let args: Vec<String> = [
+                "--dataset",
+                file.to_str().unwrap_or_default(),
+                "--raw-gaps",
+                "--num-sessions",
+                &n,
+                "--max-error-rate",
+                "1",
+            ]
+            .map(String::from)
+            .into();
+            let (run, _) = bench_run(bench, &sim, Some("1"), c, Config::Defaults, &args)?;
+            runs.push(run);
+        }
+    }
+    let key = |r: &ClientRun| r.load_cpu_per_1k().unwrap_or(r.cpu_per_1k());
+    let (Some(g), Some(l)) = (median_by(&graphs, key), median_by(&chains, key)) else {
+        bail!("no run");
+    };
+    let cpu_ratio = key(&g) / key(&l);
+    let (gm, lm) = (
+        median_by(&graphs, |r| r.max_rss_mb).map_or(f64::NAN, |r| r.max_rss_mb),
+        median_by(&chains, |r| r.max_rss_mb).map_or(f64::NAN, |r| r.max_rss_mb),
+    );
+    let mem_ratio = gm / lm;
+    let per_session = |mb: f64| mb * 1024.0 / GRAPH_SESSIONS as f64;
+    rep.target(
+        "graph: client CPU per turn, 10,000 agent graphs vs the same turns as chains",
+        "≤ 1.2×",
+        format!(
+            "{cpu_ratio:.2}× ({:.3} vs {:.3} load-phase CPU-s per 1,000 turns; {} and {} turns ok, {} and {} failed; medians of 3 interleaved runs)",
+            key(&g),
+            key(&l),
+            g.turns_ok,
+            l.turns_ok,
+            g.turns_failed,
+            l.turns_failed
+        ),
+        Some(cpu_ratio <= 1.2),
+    );
+    rep.target(
+        "graph: client peak RSS per session, 10,000 agent graphs vs chains",
+        "≤ 1.5×",
+        format!(
+            "{mem_ratio:.2}× ({gm:.0} vs {lm:.0} MB: {:.1} vs {:.1} KB per session)",
+            per_session(gm),
+            per_session(lm)
+        ),
+        Some(mem_ratio <= 1.5),
+    );
+    rep.scenario(json!({
+        "scenario": "graph",
+        "what": "10,000 sessions of the same 10 requests (64-word messages, 8 output tokens, 2 s raw gaps), as agent graphs (a fork of 3 two-turn subagents after main:1, joined at main:2) and as chains, -c 10000, bench run at the defaults; bench sim --ttft-ms 50 --itl-ms 0 on CPU 0, client on CPU 1",
+        "graph_runs": graphs.iter().map(ClientRun::to_json).collect::<Vec<_>>(),
+        "chain_runs": chains.iter().map(ClientRun::to_json).collect::<Vec<_>>(),
+        "cpu_ratio": cpu_ratio,
+        "rss_ratio": mem_ratio,
+    }));
+    let _ = std::fs::remove_file(&chain_file);
+    let _ = std::fs::remove_file(&graph_file);
+    Ok(())
+}
+
 /// Turns/s of copying `bytes` per turn over loopback with `c` connections: each request is
 /// `bytes` written and one byte back (the floor under any HTTP client and server).
 fn loopback_copy(bytes: usize, c: usize, turns: usize) -> Result<f64> {
@@ -1891,7 +2018,9 @@ fn sim_scenario(bench: &Path, peers: &Peers, rep: &mut Report, best_client: f64)
 /// Runs the load scenarios named in `which` (all when empty); the scale scenario runs
 /// `scale_sessions` sessions for `scale_seconds`.
 pub fn run(which: &[String], scale_seconds: u32, scale_sessions: u64) -> Result<()> {
-    let all = ["client", "http", "fidelity", "scale", "long", "sim", "api"];
+    let all = [
+        "client", "http", "fidelity", "scale", "long", "sim", "api", "graph",
+    ];
     // Known, but not run by default: a diagnosis, not a target.
     let extra = ["fidelity-split"];
     let wanted: Vec<&str> = if which.is_empty() {
@@ -1968,6 +2097,7 @@ pub fn run(which: &[String], scale_seconds: u32, scale_sessions: u64) -> Result<
             "scale" => scale_scenario(&bench, &mut rep, scale_seconds, scale_sessions),
             "long" => long_scenario(&bench, &peers, &mut rep),
             "api" => api_scenario(&bench, &mut rep),
+            "graph" => graph_scenario(&bench, &mut rep),
             "sim" => {
                 if best_client == 0.0 {
                     best_client = rep

@@ -26,10 +26,25 @@ pub enum ToolMessagesArg {
 
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
-    /// Sessions: `sample` (the bundled sample), `random` (synthetic, see --turns ...), or a
-    /// native trace: a .jsonl / .jsonl.zst / .json file or a directory of them.
-    #[arg(long, default_value = "sample", value_name = "sample|random|PATH")]
+    /// Sessions: `sample` (the bundled sample), `random` (synthetic, see --turns ...),
+    /// `agentic` (synthetic agent graphs with subagents, see --agentic), or a native trace: a
+    /// .jsonl / .jsonl.zst / .json file or a directory of them.
+    #[arg(
+        long,
+        default_value = "sample",
+        value_name = "sample|random|agentic|PATH"
+    )]
     pub dataset: String,
+    /// `--dataset agentic`: KEY=VALUE,... over the defaults taken from the public agent
+    /// corpora (docs/workload.md): turns=45, input=1400, output=216, spawns=2,
+    /// fan_out=1:21/2:8/3:8, subagent_turns=5-17, depth=1, nest=0,
+    /// parallel_tools=1:85/2:10/3:3/4:2, tool_wait_ms=129, tool_wait_sigma=3.1, context=fresh.
+    #[arg(
+        long,
+        value_name = "KEY=VALUE,...",
+        help_heading = "Synthetic workload (--dataset random)"
+    )]
+    pub agentic: Option<String>,
     /// agentic-bench's dataset: `NAME/TIER` (read from ~/abench_data/NAME/TIER/, with its
     /// manifest.json defaults) or `random` (= --dataset random).
     #[arg(long, value_name = "NAME/TIER|random", conflicts_with = "dataset", help_heading = ABENCH)]
@@ -147,6 +162,12 @@ impl PlanArgs {
             match self.dataset.as_str() {
                 "sample" => DatasetSpec::Sample,
                 "random" => synthetic()?,
+                "agentic" => DatasetSpec::Agentic(
+                    bench_workload::agentic::AgenticSpec::parse(
+                        self.agentic.as_deref().unwrap_or(""),
+                    )
+                    .map_err(|e| CliError::Usage(format!("--agentic: {e}")))?,
+                ),
                 p => DatasetSpec::Path(PathBuf::from(p)),
             }
         };

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod abench;
+pub mod agentic;
 pub mod error;
 pub mod format;
 pub mod graph;

@@ -33,6 +33,8 @@ pub enum DatasetSpec {
     Path(PathBuf),
     /// Synthetic sessions.
     Random(SyntheticSpec),
+    /// Synthetic agent graphs (`--dataset agentic`).
+    Agentic(crate::agentic::AgenticSpec),
 }
 
 /// Knobs of `--dataset random` (named as in agentic-bench).
@@ -438,6 +440,9 @@ impl PlanConfig {
                 "--gap-cap-ms",
                 format!("must be a non-negative number, got {}", self.gap_cap_ms),
             ));
+        }
+        if let DatasetSpec::Agentic(a) = &self.dataset {
+            a.validate().map_err(|e| PlanError::flag("--agentic", e))?;
         }
         if let DatasetSpec::Random(s) = &self.dataset {
             for (v, f) in [
@@ -1346,7 +1351,10 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
 
     // 1. Read sessions, cut and filter by turns, intern their texts.
     let mut report = LoadReport::default();
-    let is_synthetic = matches!(cfg.dataset, DatasetSpec::Random(_));
+    let is_synthetic = matches!(
+        cfg.dataset,
+        DatasetSpec::Random(_) | DatasetSpec::Agentic(_)
+    );
     {
         let min_turns = |c: &PlanConfig| c.min_turns.unwrap_or(1);
         // `exact`: the session is synthetic filler whose user messages and answers have these
@@ -1545,6 +1553,22 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
                     ));
                 }
                 for rec in synthetic_sessions(&spec, n, cfg.seed, cfg.gap_cap_ms) {
+                    take(rec, &c, &mut summary, &mut interner, exact)?;
+                }
+            }
+            DatasetSpec::Agentic(spec) => {
+                summary.dataset = format!(
+                    "agentic (turns {}, {} spawns a session, fan-out {}, input {}, output {})",
+                    spec.turns, spec.spawns, spec.fan_out, spec.input, spec.output
+                );
+                let n = cfg
+                    .num_sessions
+                    .unwrap_or(cfg.concurrency.saturating_mul(2));
+                let c = cfg.clone();
+                let exact = counter
+                    .filler_is_exact()
+                    .then_some((spec.input, spec.output));
+                for rec in crate::agentic::sessions(&spec, n, cfg.seed, cfg.gap_cap_ms) {
                     take(rec, &c, &mut summary, &mut interner, exact)?;
                 }
             }

@@ -305,3 +305,110 @@ fn bench_plan_reports_the_graph_shape() {
     assert_eq!(g["critical_path_output_tokens"]["max"], 84.0);
     assert!(f(&g["est_parallel_s"], "max") < f(&g["est_serial_s"], "max"));
 }
+
+#[test]
+fn the_native_graph_format_and_agentic_sessions_validate_against_the_session_schema() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/session.schema.json"
+    );
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(FIXTURE).unwrap()).unwrap();
+    assert!(
+        v.is_valid(&fixture),
+        "{:?}",
+        v.iter_errors(&fixture)
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+    );
+    let spec = bench_workload::agentic::AgenticSpec {
+        depth: 2,
+        nest: 0.5,
+        ..Default::default()
+    };
+    for s in bench_workload::agentic::sessions(&spec, 5, 1, 30_000.0) {
+        let j = serde_json::to_value(&s).unwrap();
+        assert!(
+            v.is_valid(&j),
+            "{:?}",
+            v.iter_errors(&j).map(|e| e.to_string()).collect::<Vec<_>>()
+        );
+    }
+    // What the schema refuses: a subagent named main, a reference that is no AGENT:TURN.
+    let mut bad = fixture.clone();
+    bad["subagents"][0]["agent_id"] = Value::from("main");
+    assert!(!v.is_valid(&bad));
+    let mut bad = fixture;
+    bad["turns"][2]["after"][0] = Value::from("explore-parser");
+    assert!(!v.is_valid(&bad));
+}
+
+#[test]
+fn dataset_agentic_is_seeded_and_plays_end_to_end_on_the_embedded_simulator() {
+    let _serial = serial();
+    let knobs = "turns=5,input=60,output=12,spawns=2,fan_out=2:1,subagent_turns=2-2,tool_wait_ms=10,tool_wait_sigma=0.3";
+    let plan = |seed: &str| {
+        crate::run_json(&[
+            "plan",
+            "--dataset",
+            "agentic",
+            "--agentic",
+            knobs,
+            "--num-sessions",
+            "6",
+            "--seed",
+            seed,
+            "--json",
+        ])
+    };
+    let (a, b, c) = (plan("1"), plan("1"), plan("2"));
+    assert_eq!(a, b, "the same seed plans the same");
+    assert_ne!(
+        a["input_tokens"], c["input_tokens"],
+        "another seed, other sessions"
+    );
+    assert!(a["graph"]["graph_sessions"].as_u64().unwrap() >= 1, "{a}");
+    assert_eq!(a["graph"]["fan_out"]["max"], 2.0);
+    // Bad knobs are refused naming themselves.
+    let out = run(&["plan", "--dataset", "agentic", "--agentic", "fan_out=2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--agentic: fan_out"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let out = run(&[
+        "run",
+        "--dataset",
+        "agentic",
+        "--agentic",
+        knobs,
+        "--num-sessions",
+        "6",
+        "--seed",
+        "1",
+        "-c",
+        "3",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "-q",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["summary"]["turns_failed"], 0, "{}", r["summary"]);
+    assert_eq!(
+        r["summary"]["turns_ok"], a["turns"],
+        "every planned node played once"
+    );
+    assert_eq!(r["graph"]["sessions"], a["graph"]["graph_sessions"]);
+    assert!(
+        r["graph"]["max_in_flight"]["max"].as_u64().unwrap() >= 2,
+        "{}",
+        r["graph"]
+    );
+}
