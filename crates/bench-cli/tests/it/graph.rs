@@ -412,3 +412,70 @@ fn dataset_agentic_is_seeded_and_plays_end_to_end_on_the_embedded_simulator() {
         r["graph"]
     );
 }
+
+#[test]
+fn graphs_shard_and_merge_with_every_node_once() {
+    let _serial = serial();
+    const COPIES: usize = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("graphs.jsonl");
+    write_copies(&trace, COPIES);
+    let (_sim, url) = spawn_sim(&["--ttft-ms", "5", "--itl-ms", "1"]);
+    let mut dirs = Vec::new();
+    for i in 0..2 {
+        let d = dir.path().join(format!("shard-{i}"));
+        let shard = format!("{i}/2");
+        let out = run(&[
+            "run",
+            "--base-url",
+            &url,
+            "--dataset",
+            trace.to_str().unwrap(),
+            "--raw-gaps",
+            "--no-gaps",
+            "--num-sessions",
+            "6",
+            "-c",
+            "3",
+            "--shard",
+            &shard,
+            "--run-dir",
+            d.to_str().unwrap(),
+            "-q",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dirs.push(d);
+    }
+    let merged = dir.path().join("merged");
+    let out = run(&[
+        "merge",
+        dirs[0].to_str().unwrap(),
+        dirs[1].to_str().unwrap(),
+        "-o",
+        merged.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let turns = read_jsonl(&merged.join("turns.jsonl"));
+    let mut per: HashMap<(String, u64), u32> = HashMap::new();
+    for t in &turns {
+        *per.entry((
+            t["session_id"].as_str().unwrap().to_owned(),
+            t["turn_index"].as_u64().unwrap(),
+        ))
+        .or_default() += 1;
+        assert!(t["node"].is_object(), "graph records keep their node");
+    }
+    assert_eq!(per.len(), COPIES * 11);
+    assert!(per.values().all(|&n| n == 1));
+    let result: Value =
+        serde_json::from_slice(&std::fs::read(merged.join("result.json")).unwrap()).unwrap();
+    assert_eq!(result["graph"]["sessions"], COPIES, "{}", result["graph"]);
+}
