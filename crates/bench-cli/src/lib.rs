@@ -99,8 +99,9 @@ pub enum Command {
     /// Exit codes: 0 ok, 2 bad input (one line: `FILE:LINE: what is wrong`) or flags.
     #[command(allow_negative_numbers = true)]
     Plan(workload::PlanCmd),
-    /// Convert traces (lmcache, mooncake, sharegpt, openai-messages, swe-agent) into the native
-    /// session format (.jsonl or .jsonl.zst).
+    /// Convert traces (lmcache, mooncake, sharegpt, openai-messages, swe-agent, and the agent
+    /// graphs of cc-traces, otel, tracelab) into the native session format (.jsonl or
+    /// .jsonl.zst).
     Import(workload::ImportCmd),
     /// Time user journeys (API operations) with latency or throughput runners; report, gate
     /// and compare with a baseline.

@@ -244,10 +244,12 @@ pub fn run_plan(args: PlanCmd) -> Result<(), CliError> {
 /// `bench import` flags.
 #[derive(Debug, Clone, Args)]
 pub struct ImportCmd {
-    /// Input format: lmcache, mooncake, sharegpt, openai-messages, swe-agent.
+    /// Input format: lmcache, mooncake, sharegpt, openai-messages, swe-agent, cc-traces (the
+    /// Weka-format Claude Code corpus, with subagents), otel (OpenTelemetry GenAI spans),
+    /// tracelab (Claude Code / Codex rounds).
     #[arg(long = "from", value_name = "FORMAT")]
     pub from: String,
-    /// Input files or directories (.zst-compressed inputs are read transparently).
+    /// Input files or directories (.zst- and .gz-compressed inputs are read transparently).
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// Output trace: .jsonl, or .jsonl.zst to compress.

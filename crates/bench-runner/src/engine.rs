@@ -603,8 +603,6 @@ async fn open_loop<T: Transport>(sh: &Arc<Shared<T>>, ph: &Arc<PhaseState>, a: A
     not_started.load(Ordering::SeqCst) as u64
 }
 
-/// `text` escaped for the inside of a JSON string literal (no quotes).
-
 /// How a play's conversation opens: its system prompt as sent, with a cache-busting replay's
 /// or warmup's marker (one per play; an agent graph's fresh branches carry it too).
 struct Opening {
@@ -725,6 +723,7 @@ impl Opening {
     }
 }
 
+/// `text` escaped for the inside of a JSON string literal (no quotes).
 fn json_inner(text: &str) -> String {
     let m = serde_json::to_string(text).unwrap_or_default();
     m[1..m.len().saturating_sub(1)].to_owned()

@@ -264,6 +264,7 @@ pub fn cut(rec: &mut SessionRecord, max_turns: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::format::{Subagent, SubagentContext, TurnRecord};
 

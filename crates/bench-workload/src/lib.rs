@@ -2,7 +2,9 @@
 //!
 //! * [`mod@format`]: the native session format ([`format::SessionRecord`]).
 //! * [`load`]: streaming `.jsonl`, `.jsonl.zst`, `.json` and dataset directories.
-//! * [`import`]: LMCache, Mooncake, ShareGPT, OpenAI-messages and SWE-agent traces into it.
+//! * [`import`]: LMCache, Mooncake, ShareGPT, OpenAI-messages and SWE-agent traces, and the agent
+//!   graphs of cc-traces, OpenTelemetry GenAI spans and TraceLab, into it.
+//! * [`graph`]: agent graphs (subagents, joins) resolved and checked; [`agentic`]: synthetic ones.
 //! * [`tokenize`]: token counting (the embedded Qwen3 tokenizer by default).
 //! * [`plan`]: selection and shaping into a [`plan::Plan`] built for the replay hot loop.
 //! * [`abench`]: agentic-bench's `--dataset-name NAME/TIER` and `--dataset-path`, resolved.

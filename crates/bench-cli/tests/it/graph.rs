@@ -253,7 +253,8 @@ fn read_jsonl_lenient(p: &Path) -> Vec<Value> {
 fn bad_graphs_are_refused_in_one_line_naming_session_and_node() {
     let dir = tempfile::tempdir().unwrap();
     let base: Value = serde_json::from_str(&std::fs::read_to_string(FIXTURE).unwrap()).unwrap();
-    let cases: [(&str, Box<dyn Fn(&mut Value)>, &str); 4] = [
+    type Mutate = Box<dyn Fn(&mut Value)>;
+    let cases: [(&str, Mutate, &str); 4] = [
         (
             "cycle",
             Box::new(|s| s["turns"][0]["after"] = serde_json::json!(["explore-lexer:0"])),
@@ -478,4 +479,62 @@ fn graphs_shard_and_merge_with_every_node_once() {
     let result: Value =
         serde_json::from_slice(&std::fs::read(merged.join("result.json")).unwrap()).unwrap();
     assert_eq!(result["graph"]["sessions"], COPIES, "{}", result["graph"]);
+}
+
+#[test]
+fn every_graph_importer_yields_a_trace_bench_run_plays_end_to_end() {
+    let _serial = serial();
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/graphs");
+    let dir = tempfile::tempdir().unwrap();
+    for (format, file) in [
+        ("cc-traces", "cc_traces/fork_join.json"),
+        ("otel", "otel/fork_join.json"),
+        ("tracelab", "tracelab/fork_join.jsonl"),
+    ] {
+        let out_file = dir.path().join(format!("{format}.jsonl"));
+        let input = format!("{fixtures}/{file}");
+        let o = run(&[
+            "import",
+            "--from",
+            format,
+            &input,
+            "-o",
+            out_file.to_str().unwrap(),
+        ]);
+        assert!(
+            o.status.success(),
+            "{format}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let plan = crate::run_json(&["plan", "--dataset", out_file.to_str().unwrap(), "--json"]);
+        assert_eq!(plan["turns"], 11, "{format}: {plan}");
+        assert_eq!(plan["graph"]["subagents"], 3, "{format}");
+        assert_eq!(plan["graph"]["max_parallel"]["max"], 3.0, "{format}");
+        let run_dir = dir.path().join(format!("run-{format}"));
+        let o = run(&[
+            "run",
+            "--dataset",
+            out_file.to_str().unwrap(),
+            "--no-gaps",
+            "--output-policy",
+            "fixed:4",
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+            "-q",
+            "--json",
+        ]);
+        assert!(
+            o.status.success(),
+            "{format}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["summary"]["turns_ok"], 11, "{format}: {}", r["summary"]);
+        assert_eq!(r["graph"]["sessions"], 1, "{format}");
+        assert_eq!(
+            r["graph"]["max_in_flight"]["max"], 3,
+            "{format}: {}",
+            r["graph"]
+        );
+    }
 }

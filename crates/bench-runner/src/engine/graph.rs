@@ -395,9 +395,7 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
                 return;
             }
         }
-        let mut delta = server_state
-            .then(|| st.previous_response_id.is_some())
-            .unwrap_or(false)
+        let mut delta = (server_state && st.previous_response_id.is_some())
             .then(|| Conversation::rendered(0, cfg.render()));
         push_input(ctx, &mut st, turn, &joins, delta.as_mut());
         let body = match (

@@ -9,9 +9,13 @@
 //! | `sharegpt`        | ShareGPT conversations (JSON array or JSONL)                          |
 //! | `openai-messages` | OpenAI chat message arrays (JSON or JSONL)                            |
 //! | `swe-agent`       | SWE-agent `.traj` trajectories                                        |
+//! | `cc-traces`       | Weka / kv-cache-tester agent traces with subagents: token counts and  |
+//! |                   | KV-block hash ids (text is synthesized), forks and joins              |
+//! | `otel`            | OpenTelemetry GenAI spans, one trace per file (inference-perf layout) |
+//! | `tracelab`        | TraceLab round rows (JSONL), subagent sessions linked to their parent |
 //!
 //! Inputs may be files or directories (searched recursively for the format's usual extensions);
-//! `.zst`-compressed files are decompressed on the fly. Line-based inputs are streamed.
+//! `.zst`- and `.gz`-compressed files are decompressed on the fly. Line-based inputs are streamed.
 //!
 //! ```no_run
 //! use std::path::PathBuf;
@@ -31,11 +35,14 @@
 //! # Ok::<(), bench_workload::import::ImportError>(())
 //! ```
 
+mod cc_traces;
 mod lmcache;
 mod mooncake;
 mod openai;
+mod otel;
 mod sharegpt;
 mod swe_agent;
+mod tracelab;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -64,16 +71,27 @@ pub enum ImportFormat {
     OpenaiMessages,
     /// SWE-agent `.traj` trajectories.
     SweAgent,
+    /// Weka / kv-cache-tester (`cc-traces`) agent traces: calls with token counts and KV-block
+    /// hash ids, subagents nested in their parent's request list.
+    CcTraces,
+    /// OpenTelemetry GenAI spans, one trace (session) per file, in the flat layout
+    /// inference-perf reads (`{"trace_id", "spans": [...]}`).
+    Otel,
+    /// TraceLab round rows (JSONL): one LLM round per line, grouped by `session_id`.
+    Tracelab,
 }
 
 impl ImportFormat {
     /// Every format, in the order they are listed to users.
-    pub const ALL: [ImportFormat; 5] = [
+    pub const ALL: [ImportFormat; 8] = [
         ImportFormat::Lmcache,
         ImportFormat::Mooncake,
         ImportFormat::Sharegpt,
         ImportFormat::OpenaiMessages,
         ImportFormat::SweAgent,
+        ImportFormat::CcTraces,
+        ImportFormat::Otel,
+        ImportFormat::Tracelab,
     ];
 
     /// The name used on the command line (`lmcache`, `openai-messages`, ...).
@@ -84,6 +102,9 @@ impl ImportFormat {
             ImportFormat::Sharegpt => "sharegpt",
             ImportFormat::OpenaiMessages => "openai-messages",
             ImportFormat::SweAgent => "swe-agent",
+            ImportFormat::CcTraces => "cc-traces",
+            ImportFormat::Otel => "otel",
+            ImportFormat::Tracelab => "tracelab",
         }
     }
 
@@ -105,6 +126,15 @@ impl ImportFormat {
             ImportFormat::SweAgent => {
                 "SWE-agent .traj trajectories (the history of the main agent)"
             }
+            ImportFormat::CcTraces => {
+                "Weka/kv-cache-tester agent traces (cc-traces): calls with token counts and KV-block hash ids, subagents as forks and joins (text is synthesized)"
+            }
+            ImportFormat::Otel => {
+                "OpenTelemetry GenAI spans, one trace per .json file ({trace_id, spans: [...]}): chat spans become turns, invoke_agent spans subagents"
+            }
+            ImportFormat::Tracelab => {
+                "TraceLab round rows (JSONL): rounds grouped by session_id, <session>/subagents/<agent> sessions as subagents (text is synthesized)"
+            }
         }
     }
 
@@ -112,8 +142,12 @@ impl ImportFormat {
     fn extensions(self) -> &'static [&'static str] {
         match self {
             ImportFormat::Lmcache | ImportFormat::Mooncake => &["jsonl"],
-            ImportFormat::Sharegpt | ImportFormat::OpenaiMessages => &["json", "jsonl"],
+            ImportFormat::Sharegpt
+            | ImportFormat::OpenaiMessages
+            | ImportFormat::CcTraces
+            | ImportFormat::Otel => &["json", "jsonl"],
             ImportFormat::SweAgent => &["traj"],
+            ImportFormat::Tracelab => &["jsonl"],
         }
     }
 }
@@ -295,6 +329,7 @@ pub fn import(
     };
     match format {
         ImportFormat::Lmcache => lmcache::import(&mut ctx, &groups)?,
+        ImportFormat::Tracelab => tracelab::import(&mut ctx, &groups)?,
         _ => {
             for (input, files) in &groups {
                 let before = ctx.usable;
@@ -304,7 +339,9 @@ pub fn import(
                         ImportFormat::Sharegpt => sharegpt::import_file(&mut ctx, file)?,
                         ImportFormat::OpenaiMessages => openai::import_file(&mut ctx, file)?,
                         ImportFormat::SweAgent => swe_agent::import_file(&mut ctx, file)?,
-                        ImportFormat::Lmcache => {}
+                        ImportFormat::CcTraces => cc_traces::import_file(&mut ctx, file)?,
+                        ImportFormat::Otel => otel::import_file(&mut ctx, file)?,
+                        ImportFormat::Lmcache | ImportFormat::Tracelab => {}
                     }
                 }
                 if ctx.usable == before {
@@ -337,6 +374,19 @@ pub(crate) enum NoteKind {
     DuplicateIds,
     MooncakeExtraBlocks,
     MooncakeFiller,
+    GraphInputShort,
+    SubagentNoFork,
+    SubagentEmpty,
+    SubagentBackground,
+    CcRelativeClock,
+    CcExtraBlocks,
+    OtelNoMessages,
+    OtelUnlinked,
+    OtelRewritten,
+    OtelDuplicates,
+    TracelabOrphan,
+    TracelabUnmatched,
+    TracelabUntimed,
 }
 
 impl NoteKind {
@@ -370,6 +420,45 @@ impl NoteKind {
             ),
             NoteKind::MooncakeFiller => format!(
                 "{n} request(s) had an input_length beyond their hash_ids' blocks; the excess was filled with text unique to the request"
+            ),
+            NoteKind::GraphInputShort => format!(
+                "{n} turn(s) recorded fewer input tokens than their replayed context already holds (previous prompt + answer + joined answers); they add no new input, so their replayed prompt is larger than recorded"
+            ),
+            NoteKind::SubagentNoFork => {
+                format!("{n} subagent(s) had no earlier call to fork from and were dropped")
+            }
+            NoteKind::SubagentEmpty => {
+                format!("{n} subagent(s) made no calls and were dropped")
+            }
+            NoteKind::SubagentBackground => format!(
+                "{n} subagent(s) ran in the background (status \"async_launched\"): no later call waits for them"
+            ),
+            NoteKind::CcRelativeClock => format!(
+                "{n} subagent(s) had a completion-time \"t\" and call times relative to their own start (the kv-cache-tester layout); their calls were moved onto the conversation clock"
+            ),
+            NoteKind::CcExtraBlocks => format!(
+                "{n} call(s) listed more hash_ids than their \"in\" tokens fill; the extra blocks were ignored"
+            ),
+            NoteKind::OtelNoMessages => format!(
+                "{n} chat span(s) had no gen_ai.input.messages and were not taken as LLM calls"
+            ),
+            NoteKind::OtelUnlinked => format!(
+                "{n} LLM call(s) started before any earlier call had finished and had no link to one; they were dropped"
+            ),
+            NoteKind::OtelRewritten => format!(
+                "{n} LLM call(s) did not repeat their predecessor's conversation; their input is the messages after the common prefix"
+            ),
+            NoteKind::OtelDuplicates => {
+                format!("{n} duplicate span(s) (same times and attributes as another) were dropped")
+            }
+            NoteKind::TracelabOrphan => format!(
+                "{n} subagent session(s) (<session>/subagents/...) could not be linked to a main session (none in the input, or no timing events to place them by); each was imported as a session of its own"
+            ),
+            NoteKind::TracelabUnmatched => format!(
+                "{n} subagent session(s) lay inside no spawn call (Agent/Task) of their main session; each forks from the latest round that had ended before it, and nothing joins it"
+            ),
+            NoteKind::TracelabUntimed => format!(
+                "{n} round(s) had no usable timing events; their wait is the previous round's longest tool latency (0 after a fork or a join)"
             ),
         }
     }
@@ -502,7 +591,7 @@ fn expand_input(format: ImportFormat, input: &Path) -> Result<Vec<PathBuf>, Impo
         let exts: Vec<String> = format
             .extensions()
             .iter()
-            .map(|e| format!("*.{e}[.zst]"))
+            .map(|e| format!("*.{e}[.zst|.gz]"))
             .collect();
         return Err(ImportError::new(
             input,
@@ -539,13 +628,16 @@ fn walk(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) -> Result<(), ImportE
     Ok(())
 }
 
-/// The file name without a trailing `.zst`.
+/// The file name without a trailing `.zst` or `.gz`.
 fn base_name(path: &Path) -> String {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    match name.strip_suffix(".zst") {
+    match name
+        .strip_suffix(".zst")
+        .or_else(|| name.strip_suffix(".gz"))
+    {
         Some(b) => b.to_string(),
         None => name,
     }
@@ -578,10 +670,21 @@ fn is_zst(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("zst"))
 }
 
-/// Opens a file, decompressing `.zst` transparently.
+fn is_gz(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"))
+}
+
+/// Opens a file, decompressing `.zst` and `.gz` (e.g. TraceLab's `.jsonl.gz` release)
+/// transparently.
 pub(crate) fn open(path: &Path) -> Result<Box<dyn BufRead>, ImportError> {
     let file =
         File::open(path).map_err(|e| ImportError::new(path, None, format!("cannot open: {e}")))?;
+    if is_gz(path) {
+        return Ok(Box::new(std::io::BufReader::new(
+            flate2::read::MultiGzDecoder::new(file),
+        )));
+    }
     load::decoded(file, is_zst(path))
         .map_err(|e| ImportError::new(path, None, format!("cannot start zstd decoding: {e}")))
 }
@@ -914,4 +1017,237 @@ pub(crate) fn emit_conversation(
         ctx.note(NoteKind::TrailingDropped, 1);
     }
     ctx.emit(file, line, session)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agent-graph traces (cc-traces, otel, tracelab): paths into a document, times, gaps
+
+/// `PARENT.KEY` for error messages: a top-level key is quoted (`"requests"`), a nested one is
+/// not (`"requests"[2].in`) unless it holds a dot or a space (`attributes."gen_ai.x"`).
+pub(crate) fn at_key(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        return format!("\"{key}\"");
+    }
+    if key.contains(['.', ' ']) || key.is_empty() {
+        format!("{parent}.\"{key}\"")
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
+/// An optional non-negative integer field (`null` counts as absent). Integral floats
+/// (`1000.0`) are accepted, as JSON writers in other languages produce them.
+pub(crate) fn opt_u64_at(
+    obj: &Map<String, Value>,
+    parent: &str,
+    key: &str,
+) -> Result<Option<u64>, String> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64().or_else(|| {
+            v.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 9.0e15)
+                .map(|f| f as u64)
+        }) {
+            Some(n) => Ok(Some(n)),
+            None => Err(format!(
+                "{}: expected a non-negative integer, found {}",
+                at_key(parent, key),
+                describe(v)
+            )),
+        },
+    }
+}
+
+/// A required non-negative integer field.
+pub(crate) fn req_u64_at(obj: &Map<String, Value>, parent: &str, key: &str) -> Result<u64, String> {
+    opt_u64_at(obj, parent, key)?.ok_or_else(|| format!("{}: missing", at_key(parent, key)))
+}
+
+/// An optional finite number field (`null` counts as absent).
+pub(crate) fn opt_f64_at(
+    obj: &Map<String, Value>,
+    parent: &str,
+    key: &str,
+) -> Result<Option<f64>, String> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64().filter(|f| f.is_finite()) {
+            Some(f) => Ok(Some(f)),
+            None => Err(format!(
+                "{}: expected a number, found {}",
+                at_key(parent, key),
+                describe(v)
+            )),
+        },
+    }
+}
+
+/// An optional string field (`null` counts as absent).
+pub(crate) fn opt_str_at<'v>(
+    obj: &'v Map<String, Value>,
+    parent: &str,
+    key: &str,
+) -> Result<Option<&'v str>, String> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(format!(
+            "{}: expected a string, found {}",
+            at_key(parent, key),
+            describe(v)
+        )),
+    }
+}
+
+/// An optional array field (`null` counts as absent).
+pub(crate) fn opt_array_at<'v>(
+    obj: &'v Map<String, Value>,
+    parent: &str,
+    key: &str,
+) -> Result<Option<&'v Vec<Value>>, String> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(a)) => Ok(Some(a)),
+        Some(v) => Err(format!(
+            "{}: expected an array, found {}",
+            at_key(parent, key),
+            describe(v)
+        )),
+    }
+}
+
+/// An optional ISO-8601 time field, as nanoseconds since the Unix epoch.
+pub(crate) fn opt_time_at(
+    obj: &Map<String, Value>,
+    parent: &str,
+    key: &str,
+) -> Result<Option<i64>, String> {
+    match opt_str_at(obj, parent, key)? {
+        None => Ok(None),
+        Some(s) => parse_time_ns(s).map(Some).ok_or_else(|| {
+            format!(
+                "{}: expected an ISO-8601 time (2026-11-30T09:00:03.000Z), found {}",
+                at_key(parent, key),
+                describe(&Value::String(s.to_string()))
+            )
+        }),
+    }
+}
+
+/// An ISO-8601 / RFC 3339 date-time (`2026-11-30T09:00:03.000000Z`, `...+02:00`, a space for
+/// the `T`, up to nanosecond fractions; no zone means UTC) as nanoseconds since the Unix epoch.
+pub(crate) fn parse_time_ns(s: &str) -> Option<i64> {
+    let b = s.trim().as_bytes();
+    let num = |r: &[u8]| -> Option<i64> {
+        if r.is_empty() || !r.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        r.iter().try_fold(0i64, |n, d| {
+            n.checked_mul(10)?.checked_add(i64::from(d - b'0'))
+        })
+    };
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let (year, month, day) = (num(&b[0..4])?, num(&b[5..7])?, num(&b[8..10])?);
+    let (hour, minute, second) = (num(&b[11..13])?, num(&b[14..16])?, num(&b[17..19])?);
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if day < 1 || day > days_in_month || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut frac_ns = 0i64;
+    if i < b.len() && matches!(b[i], b'.' | b',') {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        for k in 0..9 {
+            let d = b
+                .get(start + k)
+                .filter(|_| start + k < i)
+                .map_or(0, |d| d - b'0');
+            frac_ns = frac_ns * 10 + i64::from(d);
+        }
+    }
+    let offset_s = match &b[i..] {
+        [] | [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), rest @ ..] => {
+            let (h, m) = match rest {
+                [h1, h2] => (num(&[*h1, *h2])?, 0),
+                [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => (num(&[*h1, *h2])?, num(&[*m1, *m2])?),
+                _ => return None,
+            };
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let o = h * 3600 + m * 60;
+            if *sign == b'-' { -o } else { o }
+        }
+        _ => return None,
+    };
+    // Days from 1970-01-01 in the proleptic Gregorian calendar (H. Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
+    secs.checked_mul(1_000_000_000)?.checked_add(frac_ns)
+}
+
+/// Milliseconds from `from_ns` to `to_ns`, never negative.
+pub(crate) fn gap_ms(from_ns: i64, to_ns: i64) -> f64 {
+    (to_ns.saturating_sub(from_ns)).max(0) as f64 / 1e6
+}
+
+/// The token count a turn adds beyond what its replayed context already holds: the recorded
+/// prompt minus the context (previous prompt and answer, or the fork node's) minus the joined
+/// answers. Counts a note when the recorded prompt is smaller (the turn then adds nothing).
+pub(crate) fn new_input_tokens(ctx: &mut Ctx<'_>, recorded: u64, context: u64) -> u64 {
+    if recorded < context {
+        ctx.note(NoteKind::GraphInputShort, 1);
+    }
+    recorded.saturating_sub(context)
+}
+
+/// A subagent id the native format accepts (no `:` or `/`, not `main`, not empty), unique
+/// among `taken` (a `.2`, `.3`, ... suffix otherwise); the result is added to `taken`.
+pub(crate) fn agent_id(raw: &str, taken: &mut HashSet<String>) -> String {
+    let mut base: String = raw
+        .trim()
+        .chars()
+        .map(|c| if c == ':' || c == '/' { '_' } else { c })
+        .collect();
+    if base.is_empty() {
+        base = "agent".to_string();
+    }
+    let mut id = base.clone();
+    let mut k = 2;
+    while taken.contains(&id) || id == crate::format::MAIN_AGENT {
+        id = format!("{base}.{k}");
+        k += 1;
+    }
+    taken.insert(id.clone());
+    id
 }

@@ -1,6 +1,7 @@
 //! Integration tests of `bench-workload`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod graph_importers;
 mod import;
 mod plan;
 
