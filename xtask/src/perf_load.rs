@@ -1700,43 +1700,48 @@ const GRAPH_SESSIONS: u64 = 10_000;
 
 /// Writes `sessions` sessions to `path`, each of the same 10 requests: as one chain
 /// (`graph: false`), or as an agent graph (`graph: true`: main:0, main:1, three subagents of two
-/// turns forked after main:1, the join main:2, main:3, main:4). Every message is 64 filler
-/// words, every answer 8; every wait 2 s (`--raw-gaps`), so a graph session, whose subagents
-/// run side by side, lasts 6 waits and a chain 9.
+/// turns forked after main:1, the join main:2, then main:3). Every message is 64 filler words,
+/// every answer 8; node `n` of session `s` waits the same seeded exponential gap (mean 2 s,
+/// `--raw-gaps`) in both forms, so the two traces hold the same requests and waits and differ
+/// only in their dependencies.
 fn write_graph_trace(path: &Path, sessions: u64, graph: bool) -> Result<()> {
+    use rand::{Rng, SeedableRng};
     use std::io::Write as _;
     let words = |seed: u64, n: usize| -> String {
         let w = ["the", "of", "and", "to", "in", "is", "that", "for"];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         (0..n)
-            .map(|k| w[((seed.wrapping_mul(0x9e37_79b9) >> (k % 29)) as usize + k) % w.len()])
+            .map(|_| w[rng.random_range(0..w.len())])
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let turn = |s: u64, n: u64, i: u32, gap: f64| {
-        json!({"index": i, "input_delta": [{"role": "user", "content": format!("s{s} n{n} {}", words(s ^ n, 64))}],
-               "assistant_text": words(s * 31 + n, 8), "output_tokens": 8, "pre_gap_ms": gap})
+    let gap = |s: u64, n: u64| -> f64 {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s * 16 + n);
+        -(1.0 - rng.random::<f64>()).ln() * 2000.0
+    };
+    // Node `n` of session `s` at index `i` of its conversation.
+    let turn = |s: u64, n: u64, i: u32| {
+        json!({"index": i, "input_delta": [{"role": "user", "content": format!("s{s} n{n} {}", words(s * 16 + n, 64))}],
+               "assistant_text": words(s * 31 + n, 8), "output_tokens": 8,
+               "pre_gap_ms": if n == 0 { 0.0 } else { gap(s, n) }})
     };
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     for s in 0..sessions {
         let line = if graph {
-            let mut main: Vec<Value> = (0..5u32)
-                .map(|i| turn(s, u64::from(i), i, if i == 0 { 0.0 } else { 2000.0 }))
-                .collect();
+            let mut main: Vec<Value> = (0..4u32).map(|i| turn(s, u64::from(i), i)).collect();
             main[2]["after"] = json!(["a:1", "b:1", "c:1"]);
             let subs: Vec<Value> = ["a", "b", "c"]
                 .iter()
                 .enumerate()
                 .map(|(k, id)| {
-                    let base = 5 + 2 * k as u64;
+                    let base = 4 + 2 * k as u64;
                     json!({"agent_id": id, "after": "main:1",
-                           "turns": [turn(s, base, 0, 2000.0), turn(s, base + 1, 1, 2000.0)]})
+                           "turns": [turn(s, base, 0), turn(s, base + 1, 1)]})
                 })
                 .collect();
             json!({"session_id": format!("g{s}"), "source": {"dataset": "synthetic"}, "turns": main, "subagents": subs})
         } else {
-            let turns: Vec<Value> = (0..10u32)
-                .map(|i| turn(s, u64::from(i), i, if i == 0 { 0.0 } else { 2000.0 }))
-                .collect();
+            let turns: Vec<Value> = (0..10u32).map(|i| turn(s, u64::from(i), i)).collect();
             json!({"session_id": format!("l{s}"), "source": {"dataset": "synthetic"}, "turns": turns})
         };
         writeln!(out, "{line}")?;
@@ -1765,6 +1770,8 @@ fn graph_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
                 "--raw-gaps",
                 "--num-sessions",
                 &n,
+                "--ramp-up",
+                "10s",
                 "--max-error-rate",
                 "1",
             ]
@@ -1811,7 +1818,7 @@ fn graph_scenario(bench: &Path, rep: &mut Report) -> Result<()> {
     );
     rep.scenario(json!({
         "scenario": "graph",
-        "what": "10,000 sessions of the same 10 requests (64-word messages, 8 output tokens, 2 s raw gaps), as agent graphs (a fork of 3 two-turn subagents after main:1, joined at main:2) and as chains, -c 10000, bench run at the defaults; bench sim --ttft-ms 50 --itl-ms 0 on CPU 0, client on CPU 1",
+        "what": "10,000 sessions of the same 10 requests (64-word messages, 8 output tokens, the same seeded exponential waits of mean 2 s per node), as agent graphs (a fork of 3 two-turn subagents after main:1, joined at main:2) and as chains, -c 10000 with --ramp-up 10s, bench run at the defaults; bench sim --ttft-ms 50 --itl-ms 0 on CPU 0, client on CPU 1",
         "graph_runs": graphs.iter().map(ClientRun::to_json).collect::<Vec<_>>(),
         "chain_runs": chains.iter().map(ClientRun::to_json).collect::<Vec<_>>(),
         "cpu_ratio": cpu_ratio,

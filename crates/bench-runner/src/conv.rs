@@ -193,6 +193,13 @@ impl Conversation {
         }
     }
 
+    /// Room for `more` bytes in the open run (bounded as [`Conversation::rendered`] bounds it),
+    /// so that growing a copied conversation does not double its capacity.
+    pub fn reserve(&mut self, more: usize) {
+        let room = (RUN_MAX + SHARED_MIN).saturating_sub(self.open.len());
+        self.open.reserve_exact(more.min(room));
+    }
+
     fn maybe_freeze(&mut self) {
         if self.open.len() >= RUN_MAX {
             self.freeze();

@@ -97,10 +97,13 @@ impl<T: Transport> Ctx<'_, T> {
         self.notify.notify_waiters();
     }
 
-    /// Waits until every node of `deps` has finished; gives their outcomes' worst (failed
-    /// before skipped before ok... a skipped one wins: nothing waiting on it is sent) and the
-    /// last end with the node that had it.
+    /// Waits until every node of `deps` has finished; gives their worst outcome (skipped, then
+    /// failed, then ok: nothing waiting on a skipped node is sent) and the last end with the
+    /// node that had it.
     async fn wait_for(&self, deps: &[u32]) -> (Outcome, Option<(Instant, u32)>) {
+        if deps.is_empty() {
+            return (Outcome::Ok, None);
+        }
         loop {
             let n = self.notify.notified();
             tokio::pin!(n);
@@ -237,7 +240,7 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
     }
     // Where the branch's conversation starts.
     let (mut st, mut inherited_failure) = match br.fork {
-        None => (new_branch(ctx, sess.system.as_ref(), &ctx.opening), None),
+        None => (new_branch(ctx, b, sess.system.as_ref(), &ctx.opening), None),
         Some(f) => {
             let (outcome, _) = ctx.wait_for(&[f]).await;
             if outcome == Outcome::Skipped {
@@ -248,10 +251,14 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
                 .as_ref()
                 .and_then(|d| d.snapshot.clone());
             let st = match (br.context, snapshot) {
-                (SubagentContext::Fork, Some(s)) => (*s).clone(),
+                (SubagentContext::Fork, Some(s)) => {
+                    let mut st = (*s).clone();
+                    st.messages.reserve(branch_bytes(ctx, b));
+                    st
+                }
                 _ => {
                     let opening = Opening::new(br.system.as_deref(), ctx.opening_marker());
-                    new_branch(ctx, br.system.as_ref(), &opening)
+                    new_branch(ctx, b, br.system.as_ref(), &opening)
                 }
             };
             (st, (outcome == Outcome::Failed).then_some(f))
@@ -525,26 +532,31 @@ fn node_name(g: &PlannedGraph, n: u32) -> String {
     format!("{}:{}", b.agent, n - b.first)
 }
 
+/// The bytes branch `b`'s own nodes add to its conversation (their messages and answers).
+fn branch_bytes<T: Transport>(ctx: &Ctx<'_, T>, b: usize) -> usize {
+    let br = &ctx.g.branches[b];
+    ctx.sess.turns[br.first as usize..(br.first + br.len) as usize]
+        .iter()
+        .map(|t| {
+            t.input_delta
+                .iter()
+                .map(|m| m.json_len() + 1)
+                .sum::<usize>()
+                + t.assistant.json_len()
+                + 1
+        })
+        .sum()
+}
+
 fn new_branch<T: Transport>(
     ctx: &Ctx<'_, T>,
+    b: usize,
     system: Option<&Arc<bench_workload::plan::PlannedMessage>>,
     opening: &Opening,
 ) -> Branch {
     let cfg = &ctx.sh.cfg;
-    let full: usize = ctx.marker_len
-        + ctx
-            .sess
-            .turns
-            .iter()
-            .map(|t| {
-                t.input_delta
-                    .iter()
-                    .map(|m| m.json_len() + 1)
-                    .sum::<usize>()
-                    + t.assistant.json_len()
-                    + 1
-            })
-            .sum::<usize>();
+    // Reserved exactly, so that growing it never doubles its capacity.
+    let full = ctx.marker_len + branch_bytes(ctx, b);
     Branch {
         messages: Conversation::rendered(full, cfg.render()),
         chain: opening.chain(ctx.sh, system, ctx.sess.tools.as_ref()),
