@@ -862,19 +862,7 @@ async fn play_session<T: Transport>(
                 sess.tools.as_deref(),
             ),
         };
-        // Per-request timeout: the tighter of the turn timeout and what is left of the fuse.
-        let mut timeout = cfg.turn_timeout;
-        if let Some(f) = sh.fuse {
-            timeout = timeout.min(f.saturating_duration_since(now));
-        }
-        let opts = RequestOptions {
-            timeout: Some(timeout.max(Duration::from_millis(1))),
-            headers: cfg.headers_for(&sess.id),
-            worker_header: cfg.worker_header.clone(),
-            endpoint: cfg.endpoint,
-        };
-        let mut opts = opts;
-        opts.headers.extend(cfg.endpoint_headers.iter().cloned());
+        let opts = request_options(sh, &sess.id, now);
         let active = ph.active.load(Ordering::SeqCst);
         let own_pieces = own_before;
         sh.prefixes.sent(&mut chain);
@@ -957,6 +945,24 @@ async fn play_session<T: Transport>(
 }
 
 /// The detail of an attempt the transport sent again on a new connection.
+/// A turn's request options: the tighter of the turn timeout and what is left of the fuse, the
+/// session's headers and the endpoint's.
+fn request_options<T: Transport>(sh: &Shared<T>, session_id: &str, now: Instant) -> RequestOptions {
+    let cfg = &sh.cfg;
+    let mut timeout = cfg.turn_timeout;
+    if let Some(f) = sh.fuse {
+        timeout = timeout.min(f.saturating_duration_since(now));
+    }
+    let mut opts = RequestOptions {
+        timeout: Some(timeout.max(Duration::from_millis(1))),
+        headers: cfg.headers_for(session_id),
+        worker_header: cfg.worker_header.clone(),
+        endpoint: cfg.endpoint,
+    };
+    opts.headers.extend(cfg.endpoint_headers.iter().cloned());
+    opts
+}
+
 const RESENT: &str = "the reused keep-alive connection closed without any response after the \
      request was written; the transport sent it again on a new connection";
 

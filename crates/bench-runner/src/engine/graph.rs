@@ -16,13 +16,16 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bench_report::record::{NodeInfo, SessionRecord, SessionStatus, TurnStatus};
-use bench_transport::{ErrorKind, RequestOptions};
+use bench_transport::ErrorKind;
 use bench_workload::format::SubagentContext;
 use bench_workload::plan::{PlannedGraph, PlannedSession, Role};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Opening, PhaseState, Shared, Transport, push_msg, send_with_retries, turn_record};
+use super::{
+    Opening, PhaseState, Shared, Transport, push_msg, request_options, send_with_retries,
+    turn_record,
+};
 use crate::config::ContentMode;
 use crate::conv::Conversation;
 use crate::observer::RunEvent;
@@ -424,17 +427,7 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
                 sess.tools.as_deref(),
             ),
         };
-        let mut timeout = cfg.turn_timeout;
-        if let Some(f) = sh.fuse {
-            timeout = timeout.min(f.saturating_duration_since(now));
-        }
-        let mut opts = RequestOptions {
-            timeout: Some(timeout.max(Duration::from_millis(1))),
-            headers: cfg.headers_for(&sess.id),
-            worker_header: cfg.worker_header.clone(),
-            endpoint: cfg.endpoint,
-        };
-        opts.headers.extend(cfg.endpoint_headers.iter().cloned());
+        let opts = request_options(sh, &sess.id, now);
         let active = ctx.ph.active.load(Ordering::SeqCst);
         let own_pieces = st.own_before;
         sh.prefixes.sent(&mut st.chain);
