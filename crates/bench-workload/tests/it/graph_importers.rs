@@ -2,7 +2,6 @@
 //! (`fixtures/graphs/<format>/EXPECTED.md`), plus their inference rules and error paths.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bench_workload::format::{SessionRecord, SubagentContext, TurnRecord};
 use bench_workload::graph;
@@ -47,31 +46,21 @@ fn run_err(format: ImportFormat, path: &Path) -> ImportError {
     }
 }
 
-/// A directory under the system temp dir, removed on drop.
-struct Tmp(PathBuf);
+/// A temporary directory (`tempfile`), removed on drop.
+struct Tmp(tempfile::TempDir);
 
 impl Tmp {
     fn new(tag: &str) -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "bench-graph-import-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Tmp(dir)
+        Tmp(tempfile::Builder::new()
+            .prefix(&format!("bench-graph-import-{tag}-"))
+            .tempdir()
+            .unwrap())
     }
 
     fn write(&self, name: &str, text: impl AsRef<[u8]>) -> PathBuf {
-        let p = self.0.join(name);
+        let p = self.0.path().join(name);
         std::fs::write(&p, text).unwrap();
         p
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -801,7 +790,7 @@ fn tracelab_reads_the_gzip_release_form() {
     enc.write_all(&text).unwrap();
     tmp.write("syfi_coding_trace.jsonl.gz", enc.finish().unwrap());
     // A directory finds `*.jsonl.gz` and reads it decompressed.
-    let (s, _) = run(ImportFormat::Tracelab, &tmp.0);
+    let (s, _) = run(ImportFormat::Tracelab, tmp.0.path());
     assert_eq!(s.len(), 1);
     check_fork_join(
         &s[0],
