@@ -251,6 +251,8 @@ fn read_jsonl_lenient(p: &Path) -> Vec<Value> {
 
 #[test]
 fn bad_graphs_are_refused_in_one_line_naming_session_and_node() {
+    // Planning processes beside a timing test would slow it: one at a time.
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let base: Value = serde_json::from_str(&std::fs::read_to_string(FIXTURE).unwrap()).unwrap();
     type Mutate = Box<dyn Fn(&mut Value)>;
@@ -281,7 +283,13 @@ fn bad_graphs_are_refused_in_one_line_naming_session_and_node() {
         mutate(&mut s);
         let p = dir.path().join(format!("{name}.jsonl"));
         std::fs::write(&p, format!("{s}\n")).unwrap();
-        let out = run(&["plan", "--dataset", p.to_str().unwrap()]);
+        let out = run(&[
+            "plan",
+            "--tokenizer",
+            "none",
+            "--dataset",
+            p.to_str().unwrap(),
+        ]);
         assert_eq!(out.status.code(), Some(2), "{name}");
         let e = String::from_utf8_lossy(&out.stderr);
         assert_eq!(e.trim().lines().count(), 1, "{name}: {e}");
@@ -293,6 +301,7 @@ fn bad_graphs_are_refused_in_one_line_naming_session_and_node() {
 
 #[test]
 fn bench_plan_reports_the_graph_shape() {
+    let _serial = serial();
     let v = crate::run_json(&["plan", "--dataset", FIXTURE, "--raw-gaps", "--json"]);
     let g = &v["graph"];
     assert_eq!(g["graph_sessions"], 1, "{v}");
