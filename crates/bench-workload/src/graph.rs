@@ -196,12 +196,12 @@ pub fn resolve(rec: &SessionRecord) -> Result<Resolved, String> {
                 ));
             };
             if let Some(p) = path.iter().position(|&x| x == d) {
+                // Each node of `path` waits on the next; the last one on `path[p]`.
                 let mut cyc: Vec<String> = path[p..].iter().map(|&x| g.name(rec, x)).collect();
-                cyc.reverse();
-                cyc.push(g.name(rec, *path.last().unwrap_or(&d)));
                 let first = cyc[0].clone();
+                cyc.push(first.clone());
                 return Err(format!(
-                    "session {sid:?}: node {first} waits on itself (a cycle: {})",
+                    "session {sid:?}: node {first} waits on itself (a cycle: {}, each waiting on the next)",
                     cyc.join(" → ")
                 ));
             }

@@ -283,13 +283,7 @@ fn bad_graphs_are_refused_in_one_line_naming_session_and_node() {
         mutate(&mut s);
         let p = dir.path().join(format!("{name}.jsonl"));
         std::fs::write(&p, format!("{s}\n")).unwrap();
-        let out = run(&[
-            "plan",
-            "--tokenizer",
-            "none",
-            "--dataset",
-            p.to_str().unwrap(),
-        ]);
+        let out = run(&["plan", "--dataset", p.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2), "{name}");
         let e = String::from_utf8_lossy(&out.stderr);
         assert_eq!(e.trim().lines().count(), 1, "{name}: {e}");
@@ -318,6 +312,7 @@ fn bench_plan_reports_the_graph_shape() {
 
 #[test]
 fn the_native_graph_format_and_agentic_sessions_validate_against_the_session_schema() {
+    let _serial = serial();
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../docs/session.schema.json"
@@ -333,6 +328,9 @@ fn the_native_graph_format_and_agentic_sessions_validate_against_the_session_sch
             .collect::<Vec<_>>()
     );
     let spec = bench_workload::agentic::AgenticSpec {
+        turns: 12,
+        input: 40,
+        spawns: 3.0,
         depth: 2,
         nest: 0.5,
         ..Default::default()
