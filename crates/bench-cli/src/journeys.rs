@@ -17,6 +17,13 @@ use crate::{CliError, out};
 /// `bench journeys` flags.
 #[derive(Debug, Clone, Args)]
 pub struct JourneysCmd {
+    /// Start from the suite spec in FILE (TOML, or JSON when it ends in .json; --print-spec
+    /// writes one): flags given beside it override the settings they name.
+    #[arg(long, value_name = "SPEC_FILE")]
+    pub spec: Option<PathBuf>,
+    /// Print the suite spec the flags (and --spec) make, as TOML, and exit.
+    #[arg(long)]
+    pub print_spec: bool,
     /// Built-in pack: `openai` (any OpenAI-compatible server; the embedded simulator by
     /// default), `agent-sessions` (an agent server's session API, e.g. Omnigent) or
     /// `agent-turns` (full agent turns: needs a runner and an LLM behind the server; see
@@ -132,7 +139,51 @@ pub struct JourneysCmd {
     pub sim: EmbeddedSimArgs,
 }
 
+/// Where `bench journeys` flags go in a [`JourneysSpec`] when they are not its field of the
+/// same name (JSON pointers; the other flags that are fields are `/<flag>`).
+const JOURNEY_KEYS: &[(&str, &str)] = &[
+    ("shards", "/shard"),
+    ("ca_cert", "/tls/ca_cert"),
+    ("insecure", "/tls/insecure"),
+    ("client_cert", "/tls/client_cert"),
+    ("client_key", "/tls/client_key"),
+    ("sim_ttft_ms", "/sim/latency"),
+    ("sim_itl_ms", "/sim/latency"),
+    ("sim_instant", "/sim/latency"),
+    ("sim_max_model_len", "/sim/max_model_len"),
+    ("sim_kv_capacity_tokens", "/sim/kv_capacity_tokens"),
+    ("sim_max_num_seqs", "/sim/max_num_seqs"),
+    ("sim_time_scale", "/sim/time_scale"),
+    ("sim_reasoning_tokens", "/sim/reasoning_tokens"),
+];
+
 impl JourneysCmd {
+    /// The suite these flags describe, over `--spec`'s when given (`given`: the ids of the
+    /// flags given on the command line).
+    fn to_spec_given(&self, given: &[String]) -> Result<JourneysSpec, CliError> {
+        let flags = self.to_spec()?;
+        let Some(path) = &self.spec else {
+            return Ok(flags);
+        };
+        let mut file: JourneysSpec = bench_run::specfile::read(path).map_err(run_error)?;
+        // A journeys file named in the spec is found from the spec's folder.
+        if let (Some(f), Some(dir)) = (&mut file.file, path.parent())
+            && f.is_relative()
+        {
+            *f = dir.join(&*f);
+        }
+        let fields = serde_json::to_value(&flags).unwrap_or_default();
+        let pointers: Vec<String> = given
+            .iter()
+            .filter_map(|id| match JOURNEY_KEYS.iter().find(|(k, _)| k == id) {
+                Some((_, p)) => Some((*p).to_owned()),
+                None => fields.get(id.as_str()).map(|_| format!("/{id}")),
+            })
+            .collect();
+        let pointers: Vec<&str> = pointers.iter().map(String::as_str).collect();
+        bench_run::specfile::overlay(&file, &flags, &pointers).map_err(run_error)
+    }
+
     /// The suite these flags describe (the embedded simulator's flags are checked only when
     /// it is used).
     fn to_spec(&self) -> Result<JourneysSpec, CliError> {
@@ -194,9 +245,12 @@ fn write_file(path: &Path, text: &str) -> Result<(), CliError> {
 }
 
 /// Runs `bench journeys`.
-pub async fn run_journeys(args: JourneysCmd) -> Result<(), CliError> {
+pub async fn run_journeys(args: JourneysCmd, given: &[String]) -> Result<(), CliError> {
     let headers = crate::parse_headers(&args.headers)?;
-    let spec = args.to_spec()?;
+    let spec = args.to_spec_given(given)?;
+    if args.print_spec {
+        return out(&bench_run::specfile::to_toml(&spec).map_err(run_error)?);
+    }
     // The file's own secrets ({{env.NAME}} values, literal secret headers) are never printed
     // either.
     let file_secrets = match &spec.file {

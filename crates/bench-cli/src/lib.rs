@@ -25,6 +25,7 @@ pub use journeys::run_journeys;
 pub use merge::run_merge;
 pub use report::run_report;
 pub use run::run_run;
+pub use run_args::{NOT_IN_SPEC, SPEC_KEYS};
 pub use serve::run_serve;
 pub use status::run_status;
 pub use sweep::run_sweep;

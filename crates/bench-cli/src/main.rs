@@ -19,22 +19,31 @@ fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_thp_disable(true);
     let command = Cli::command();
-    // The flags given on the command line (a resumed run refuses configuration flags); argument
-    // groups, which clap also lists, are left out.
-    let run_args: Vec<String> = command
-        .find_subcommand("run")
-        .map(|c| c.get_arguments().map(|a| a.get_id().to_string()).collect())
-        .unwrap_or_default();
+    // The flags given on the command line: they override a --spec file's settings, and a
+    // resumed run refuses configuration flags. Argument groups, which clap also lists, are
+    // left out.
+    let ids: Vec<(String, Vec<String>)> = command
+        .get_subcommands()
+        .map(|c| {
+            let args = c.get_arguments().map(|a| a.get_id().to_string()).collect();
+            (c.get_name().to_owned(), args)
+        })
+        .collect();
     let matches = command.get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let given: Vec<String> = matches
-        .subcommand_matches("run")
-        .map(|m| {
-            run_args
-                .iter()
-                .filter(|id| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
-                .cloned()
-                .collect()
+        .subcommand()
+        .and_then(|(name, m)| {
+            let (_, args) = ids.iter().find(|(n, _)| n == name)?;
+            Some(
+                args.iter()
+                    .filter(|id| {
+                        use clap::parser::ValueSource::{CommandLine, EnvVariable};
+                        matches!(m.value_source(id), Some(CommandLine | EnvVariable))
+                    })
+                    .cloned()
+                    .collect(),
+            )
         })
         .unwrap_or_default();
     tracing_subscriber::fmt()
@@ -61,13 +70,13 @@ fn main() -> ExitCode {
             Command::Run(args) => bench_cli::run_run(*args, &given).await,
             Command::Plan(args) => bench_cli::run_plan(args),
             Command::Import(args) => bench_cli::run_import(args),
-            Command::Journeys(args) => bench_cli::run_journeys(*args).await,
+            Command::Journeys(args) => bench_cli::run_journeys(*args, &given).await,
             Command::Status(args) => bench_cli::run_status(args),
             Command::Merge(args) => bench_cli::run_merge(args),
             Command::Serve(args) => bench_cli::run_serve(args).await,
             Command::Report(args) => bench_cli::run_report(args),
             Command::Compare(args) => bench_cli::run_compare(*args),
-            Command::Sweep(args) => bench_cli::run_sweep(*args).await,
+            Command::Sweep(args) => bench_cli::run_sweep(*args, &given).await,
         }
     });
     match result {

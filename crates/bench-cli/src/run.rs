@@ -76,7 +76,16 @@ pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
             }
             bench_run::resume(dir, options).await
         }
-        None => bench_run::start(args.to_spec()?, options).await,
+        None => {
+            let spec = args.to_spec_given(given)?;
+            if args.print_spec && args.json {
+                return out(&format!("{}\n", serde_json::json!(spec)));
+            }
+            if args.print_spec {
+                return out(&bench_run::specfile::to_toml(&spec).map_err(run_error)?);
+            }
+            bench_run::start(spec, options).await
+        }
     }
     .map_err(run_error)?;
     play(handle, &args, &bar).await

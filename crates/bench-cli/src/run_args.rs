@@ -106,6 +106,15 @@ pub struct RunCmd {
     /// with it.
     #[arg(long, value_name = "RUN_DIR")]
     pub resume: Option<PathBuf>,
+    /// Start from the run spec in FILE (TOML, or JSON when it ends in .json; --print-spec
+    /// writes one, examples/specs/ has more; docs/spec.md): flags given beside it override the
+    /// settings they name. Relative paths in it are from its folder.
+    #[arg(long, value_name = "FILE")]
+    pub spec: Option<PathBuf>,
+    /// Print the run spec the flags (and --spec) make, as TOML (with --json: as JSON, the body
+    /// `bench serve`'s POST /api/runs takes), and exit without running.
+    #[arg(long)]
+    pub print_spec: bool,
     /// Server to benchmark (http:// or https://). Without it, the embedded simulator is started.
     #[arg(long, env = "BENCH_BASE_URL")]
     pub base_url: Option<String>,
@@ -460,7 +469,193 @@ pub(crate) fn absolute(p: &std::path::Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_owned())
 }
 
+/// Where each flag's value goes in a [`RunSpec`] (JSON pointers, see
+/// [`bench_run::specfile::overlay`]): what a flag given beside `--spec` overrides. Flags that
+/// are not part of a spec are in [`NOT_IN_SPEC`]; a test checks that every flag is in one.
+pub const SPEC_KEYS: &[(&str, &[&str])] = &[
+    ("base_url", &["/target/url/base_url"]),
+    ("host", &["/target/url/base_url"]),
+    ("port", &["/target/url/base_url"]),
+    ("ready_timeout", &["/target/url/ready_timeout"]),
+    ("ca_cert", &["/target/url/tls/ca_cert"]),
+    ("insecure", &["/target/url/tls/insecure"]),
+    ("client_cert", &["/target/url/tls/client_cert"]),
+    ("client_key", &["/target/url/tls/client_key"]),
+    ("sim_ttft_ms", &["/target/embedded/latency"]),
+    ("sim_itl_ms", &["/target/embedded/latency"]),
+    ("sim_instant", &["/target/embedded/latency"]),
+    ("sim_max_model_len", &["/target/embedded/max_model_len"]),
+    (
+        "sim_kv_capacity_tokens",
+        &["/target/embedded/kv_capacity_tokens"],
+    ),
+    ("sim_max_num_seqs", &["/target/embedded/max_num_seqs"]),
+    ("sim_time_scale", &["/target/embedded/time_scale"]),
+    (
+        "sim_reasoning_tokens",
+        &["/target/embedded/reasoning_tokens"],
+    ),
+    ("dataset", &["/plan/dataset"]),
+    ("agentic", &["/plan/dataset"]),
+    ("dataset_name", &["/plan/dataset"]),
+    ("dataset_path", &["/plan/dataset"]),
+    ("turns", &["/plan/dataset/random/turns"]),
+    ("input_increment", &["/plan/dataset/random/input_increment"]),
+    ("output_len", &["/plan/dataset/random/output_len"]),
+    ("gap_policy", &["/plan/dataset/random/gap"]),
+    ("tokenizer", &["/plan/tokenizer"]),
+    ("min_turns", &["/plan/min_turns"]),
+    ("max_turns", &["/plan/max_turns"]),
+    ("min_context", &["/plan/min_context"]),
+    ("max_context", &["/plan/max_context"]),
+    ("num_sessions", &["/plan/num_sessions"]),
+    (
+        "concurrency",
+        &[
+            "/plan/concurrency",
+            "/load/closed/concurrency",
+            "/load/open/max_in_flight",
+        ],
+    ),
+    ("seed", &["/plan/seed", "/load/open/arrival/seed"]),
+    ("output_policy", &["/plan/output"]),
+    ("system_prompt_tokens", &["/plan/system_prompt_tokens"]),
+    ("gap_cap_ms", &["/plan/gap_cap_ms", "/request/tool_waits"]),
+    ("raw_gaps", &["/plan/raw_gaps"]),
+    ("skip_invalid", &["/plan/skip_invalid"]),
+    ("max_trace_line", &["/plan/max_trace_line_bytes"]),
+    ("tool_messages", &["/plan/tool_messages"]),
+    ("rate", &["/load/open/arrival/rate"]),
+    ("arrival", &["/load/open/arrival/process"]),
+    (
+        "time_scale",
+        &["/load/open/arrival/process/trace/time_scale"],
+    ),
+    (
+        "burstiness",
+        &["/load/open/arrival/process/gamma/burstiness"],
+    ),
+    ("ramp_up", &["/load/closed/ramp_up"]),
+    ("model", &["/request/model"]),
+    ("max_model_len", &["/request/max_model_len"]),
+    ("legacy_max_tokens", &["/request/output_cap_field"]),
+    ("no_ignore_eos", &["/request/ignore_eos"]),
+    ("disable_stream", &["/request/response"]),
+    ("content_mode", &["/request/content_mode"]),
+    ("no_cache_bust", &["/request/cache_bust"]),
+    ("no_gaps", &["/request/tool_waits"]),
+    ("gap_scale", &["/request/tool_waits"]),
+    ("extra_request_body", &["/request/extra_body"]),
+    ("temperature", &["/request/extra_body/temperature"]),
+    ("top_p", &["/request/extra_body/top_p"]),
+    ("top_k", &["/request/extra_body/top_k"]),
+    (
+        "presence_penalty",
+        &["/request/extra_body/presence_penalty"],
+    ),
+    (
+        "chat_template_kwargs",
+        &["/request/extra_body/chat_template_kwargs"],
+    ),
+    ("routing_key", &["/request/routing_header"]),
+    ("worker_header", &["/request/worker_header"]),
+    ("endpoint", &["/request/endpoint"]),
+    ("responses_state", &["/request/responses_state"]),
+    ("duration", &["/limits/duration"]),
+    ("max_duration", &["/limits/max_duration"]),
+    ("turn_timeout", &["/limits/turn_timeout"]),
+    ("session_timeout", &["/limits/session_timeout"]),
+    ("max_event_bytes", &["/limits/max_event_bytes"]),
+    ("max_response_bytes", &["/limits/max_response_bytes"]),
+    ("max_json_bytes", &["/limits/max_json_bytes"]),
+    ("retries", &["/retry/max"]),
+    ("retry_backoff", &["/retry/backoff"]),
+    ("retry_max_wait", &["/retry/max_wait"]),
+    ("warmup_sessions", &["/warmup_sessions"]),
+    ("metrics_interval", &["/scrape"]),
+    ("no_metrics", &["/scrape"]),
+    ("backend", &["/backend"]),
+    ("flush_cache", &["/flush_cache"]),
+    ("steady_frac", &["/judge/steady_frac"]),
+    ("max_error_rate", &["/judge/max_error_rate"]),
+    ("slo", &["/judge/slo"]),
+    ("require_valid", &["/judge/require_valid"]),
+    ("cache_block_size", &["/judge/cache_block_size"]),
+    ("output", &["/exports/result_line"]),
+    ("csv", &["/exports/turns_csv"]),
+    ("tag", &["/exports/tag"]),
+    ("shard", &["/shard"]),
+    ("shards", &["/shard"]),
+    ("start_at", &["/start_at"]),
+];
+
+/// The `bench run` flags that are not settings of the run (how it is shown, where its
+/// directory goes, header values, no-ops kept for agentic-bench).
+pub const NOT_IN_SPEC: &[&str] = &[
+    "resume",
+    "spec",
+    "print_spec",
+    "headers",
+    "secret_headers",
+    "run_dir",
+    "json",
+    "grace",
+    "progress_interval",
+    "no_progress_bar",
+    "quiet",
+    "output_details",
+    "no_output_details",
+    "verbose",
+    "help_advanced",
+];
+
 impl RunCmd {
+    /// The run these flags describe, over `--spec`'s when given (`given`: the ids of the
+    /// flags given on the command line, which override the file): checked, paths made
+    /// absolute (a resume may start elsewhere), header values left out.
+    pub fn to_spec_given(&self, given: &[String]) -> Result<RunSpec, CliError> {
+        let Some(path) = &self.spec else {
+            return self.to_spec();
+        };
+        let file = bench_run::specfile::read_run_spec(path).map_err(run_error)?;
+        let is = |ids: &[&str]| ids.iter().any(|id| given.iter().any(|g| g == id));
+        // The flags that choose a target or a load take the file's, so that the flags given
+        // beside it land in the same shape.
+        let mut cmd = self.clone();
+        if let Target::Url { base_url, .. } = &file.target
+            && !is(&["base_url", "host", "port"])
+        {
+            cmd.base_url = Some(base_url.clone());
+        }
+        if let Load::Open { arrival, .. } = &file.load
+            && !is(&["rate", "arrival", "ramp_up"])
+        {
+            cmd.arrival = Some(match arrival.process {
+                ArrivalProcess::Poisson => ArrivalArg::Poisson,
+                ArrivalProcess::Constant => ArrivalArg::Constant,
+                ArrivalProcess::Gamma { burstiness } => {
+                    cmd.burstiness = cmd.burstiness.or(Some(burstiness));
+                    ArrivalArg::Gamma
+                }
+                ArrivalProcess::Trace { time_scale } => {
+                    cmd.time_scale = cmd.time_scale.or(Some(time_scale));
+                    ArrivalArg::Trace
+                }
+            });
+            cmd.rate =
+                (!matches!(arrival.process, ArrivalProcess::Trace { .. })).then_some(arrival.rate);
+        }
+        let flags = cmd.to_spec()?;
+        let pointers: Vec<&str> = SPEC_KEYS
+            .iter()
+            .filter(|(id, _)| is(&[id]))
+            .flat_map(|(_, p)| p.iter().copied())
+            .collect();
+        let spec = bench_run::specfile::overlay(&file, &flags, &pointers).map_err(run_error)?;
+        spec.validate().map_err(run_error)?;
+        Ok(spec)
+    }
+
     /// The run these flags describe: checked, paths made absolute (a resume may start
     /// elsewhere), header values left out.
     pub fn to_spec(&self) -> Result<RunSpec, CliError> {

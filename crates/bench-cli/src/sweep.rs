@@ -122,6 +122,7 @@ fn adapt(cmd: Command) -> Command {
     .mut_arg("resume", |a| a.hide(true))
     .mut_arg("rate", |a| a.hide(true))
     .mut_arg("csv", |a| a.hide(true))
+    .mut_arg("print_spec", |a| a.hide(true))
 }
 
 /// What stops a sweep: the first signal stops it after the current point's turns in flight
@@ -307,7 +308,7 @@ fn usage<T>(m: impl Into<String>) -> Result<T, CliError> {
 }
 
 /// Runs `bench sweep`.
-pub async fn run_sweep(args: SweepCmd) -> Result<(), CliError> {
+pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError> {
     let SweepCmd {
         sweep: f,
         run: mut r,
@@ -323,6 +324,9 @@ pub async fn run_sweep(args: SweepCmd) -> Result<(), CliError> {
             "--run-dir does not apply to a sweep: each point's run directory is in --sweep-dir \
              (DIR/c0008, DIR/r0001.00, ...)",
         );
+    }
+    if r.print_spec {
+        return usage("--print-spec prints a run's spec: give it to bench run");
     }
     if r.rate.is_some() {
         return usage("--rate is a single rate: a sweep takes --rates LIST (e.g. 0.5,1,2)");
@@ -395,17 +399,22 @@ pub async fn run_sweep(args: SweepCmd) -> Result<(), CliError> {
     let plan = Sweep::new(levels, search).map_err(run_error)?;
     // The spec every point shares, checked once as `bench run` checks it, at the first level.
     let first = plan.levels().values()[0];
+    let mut given = given.to_vec();
     match axis {
         SweepAxis::Concurrency => r.plan.concurrency = Some(first as u32),
         SweepAxis::Rate => r.rate = Some(first),
     }
+    given.push(match axis {
+        SweepAxis::Concurrency => "concurrency".into(),
+        SweepAxis::Rate => "rate".into(),
+    });
     let headers = crate::parse_headers(&r.headers)?;
     crate::secrets::init(
         &headers,
         &r.secret_headers,
         &bench_run::secrets::Secrets::default(),
     );
-    let base = r.to_spec()?;
+    let base = r.to_spec_given(&given)?;
 
     let dir = f.sweep_dir.clone().unwrap_or_else(sweep::default_sweep_dir);
     if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {

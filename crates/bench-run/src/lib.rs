@@ -35,6 +35,7 @@ pub mod scrape;
 pub mod secrets;
 pub mod server;
 pub mod spec;
+pub mod specfile;
 pub mod stop;
 pub mod sweep;
 

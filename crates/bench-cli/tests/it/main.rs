@@ -16,6 +16,7 @@ mod run;
 mod secrets;
 mod serve;
 mod shards;
+mod spec;
 mod status;
 mod sweep;
 mod tls;
@@ -24,7 +25,7 @@ mod workload;
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
@@ -118,16 +119,37 @@ pub fn read_jsonl(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// A fresh, empty directory for one test: `bench-cli-NAME-PID-N` under the system's temp
-/// directory (N counts the calls, so two tests never share one). Tests remove it when they
-/// pass.
-pub fn tempdir(name: &str) -> PathBuf {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let d = std::env::temp_dir().join(format!("bench-cli-{name}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh, empty directory for one test (`bench-cli-NAME-…` under the system's temp
+/// directory), removed when the test ends, failed or not.
+pub fn tempdir(name: &str) -> TestDir {
+    TestDir(
+        tempfile::Builder::new()
+            .prefix(&format!("bench-cli-{name}-"))
+            .tempdir()
+            .unwrap(),
+    )
+}
+
+/// [`tempdir`]'s directory: a [`Path`] while it lives.
+pub struct TestDir(tempfile::TempDir);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<OsStr> for TestDir {
+    fn as_ref(&self) -> &OsStr {
+        self.0.path().as_os_str()
+    }
 }
 
 /// Sends `signal` (as `kill` spells it: `-INT`, `-TERM`) to `child`.
