@@ -126,15 +126,20 @@ pub fn run(args: &[String]) -> Result<()> {
     let root = root();
     let out_dir = root.join("target/bench");
     std::fs::create_dir_all(&out_dir).context("cannot create target/bench")?;
-    let status = Command::new("cargo")
-        .args(["build", "--release", "-p", "bench-cli"])
-        .current_dir(&root)
-        .status()
-        .context("cannot run cargo build")?;
-    if !status.success() {
-        bail!("cargo build --release -p bench-cli failed ({status})");
-    }
-    let bench = root.join("target/release/bench");
+    let bench = match crate::bench_bin() {
+        Some(bin) => bin,
+        None => {
+            let status = Command::new("cargo")
+                .args(["build", "--release", "-p", "bench-cli"])
+                .current_dir(&root)
+                .status()
+                .context("cannot run cargo build")?;
+            if !status.success() {
+                bail!("cargo build --release -p bench-cli failed ({status})");
+            }
+            root.join("target/release/bench")
+        }
+    };
     let mut failures = Vec::new();
 
     // 1. Journeys.

@@ -1395,7 +1395,11 @@ mod tests {
     /// Every target gets seeds from the fixtures, none over its max_len.
     #[test]
     fn every_target_has_seeds() {
-        let base = std::env::temp_dir().join(format!("xtask-fuzz-seeds-{}", std::process::id()));
+        let tmp = tempfile::Builder::new()
+            .prefix("xtask-fuzz-seeds-")
+            .tempdir()
+            .unwrap();
+        let base = tmp.path();
         for t in TARGETS {
             let dir = base.join(t.name);
             let mut s = Seeds::new(&dir, t.max_len).unwrap();
@@ -1406,7 +1410,6 @@ mod tests {
                 assert!(len <= t.max_len, "{}: a seed of {len} bytes", t.name);
             }
         }
-        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
@@ -1446,14 +1449,17 @@ mod tests {
         let spans: Vec<&[u8]> = numbers(b).into_iter().map(|(s, e)| &b[s..e]).collect();
         // (`d=4` counts too: Prometheus and TOML write `=`; a string changed is harmless.)
         assert_eq!(spans, [&b"12"[..], b"-3.5e2", b"7", b"4"]);
-        let dir = std::env::temp_dir().join(format!("xtask-fuzz-bv-{}", std::process::id()));
-        let mut s = Seeds::new(&dir, 4096).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("xtask-fuzz-bv-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
+        let mut s = Seeds::new(dir, 4096).unwrap();
         s.add(b.to_vec()).unwrap();
         s.add_boundary_variants().unwrap();
         assert_eq!(s.written, 1 + 4 * BOUNDARY_NUMBERS.len());
         let first = br#"{"a":18446744073709551615,"b":[-3.5e2, 7],"c":"x9","d=4"}"#;
         assert!(dir.join(format!("seed-{:016x}", fnv1a(first))).is_file());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -218,8 +218,12 @@ fn omnigent_python() -> Result<(PathBuf, &'static str)> {
 }
 
 /// `cargo build --release -p bench-cli`, before any server starts so that compiling does not
-/// compete with it for the CPU. Returns the binary.
+/// compete with it for the CPU. Returns the binary. With `BENCH_BIN` set (CI: the test build's
+/// `target/debug/bench`, so that one build serves every step), that binary instead.
 fn build_bench(task: &str, root: &Path) -> Result<PathBuf> {
+    if let Some(bin) = crate::bench_bin() {
+        return Ok(bin);
+    }
     eprintln!("xtask it {task}: cargo build --release -p bench-cli");
     status_ok(
         Command::new("cargo")

@@ -14,6 +14,8 @@
 //! * `cargo xtask fuzz [--seconds N] [--target NAME...] [--jobs J]` — the cargo-fuzz targets of
 //!   `xtask/fuzz/` (nightly; installs cargo-fuzz when missing), N seconds each; exit 1 on a
 //!   crash (see `fuzz.rs`, `docs/fuzzing.md`). Not part of CI.
+//!
+//! `bench` and `it` build the release binary unless `BENCH_BIN` names one.
 
 mod bench;
 mod ci;
@@ -21,8 +23,17 @@ mod fuzz;
 mod it;
 mod perf;
 mod perf_load;
+mod tidy;
 
 use std::process::ExitCode;
+
+/// `BENCH_BIN`: the `bench` binary `bench` and `it` use instead of building the release one
+/// (CI gives its test build's, so that one build serves every step).
+pub fn bench_bin() -> Option<std::path::PathBuf> {
+    std::env::var_os("BENCH_BIN")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

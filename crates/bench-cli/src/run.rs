@@ -121,7 +121,7 @@ async fn play(
         out(&report.result.console())?;
         out(&format!("run directory: {}\n", report.dir.display()))?;
     }
-    report.verdict().map_err(CliError::Failed)
+    report.gate().map_err(CliError::Failed)
 }
 
 /// SIGINT (Ctrl-C) and SIGTERM, one at a time.

@@ -254,7 +254,7 @@ impl Points {
             for w in &r.warnings {
                 eprintln!("warning: {name}: {w}");
             }
-            if let (PointEnd::Done(_), Err(why)) = (&end, r.verdict()) {
+            if let (PointEnd::Done(_), Err(why)) = (&end, r.gate()) {
                 self.judged
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)

@@ -332,13 +332,18 @@
     setText('#summary-ttft-p99', fmtNum(s.ttft_p99_ms, 1));
     setText('#summary-tpot-p50', fmtNum(s.tpot_p50_ms, 2));
     setText('#summary-e2e-p50', fmtNum(s.e2e_p50_ms, 0));
-    const v = $('#summary-verdict');
-    if (s.passed === true) { v.textContent = 'passed'; v.dataset.status = 'completed'; }
-    else if (s.passed === false) { v.textContent = 'not passed'; v.dataset.status = 'failed'; }
+    const g = $('#summary-gate');
+    if (s.passed === true) { g.textContent = 'passed'; g.dataset.status = 'completed'; }
+    else if (s.passed === false) { g.textContent = 'not passed'; g.dataset.status = 'failed'; }
+    else { g.textContent = ''; delete g.dataset.status; }
+    const v = $('#summary-validity');
+    const vs = { valid: 'completed', suspect: 'cancelled', invalid: 'failed' };
+    if (s.validity) { v.textContent = s.validity; v.dataset.status = vs[s.validity] || ''; }
     else { v.textContent = ''; delete v.dataset.status; }
+    setText('#summary-validity-reason', s.validity_reason || '');
     const stop = [];
     if (s.stopped_by) stop.push(`Stopped by ${typeof s.stopped_by === 'object' ? JSON.stringify(s.stopped_by) : s.stopped_by}${s.reason ? `: ${s.reason}` : ''}.`);
-    if (s.verdict) stop.push(`Verdict: ${s.verdict}.`);
+    if (s.failed_because) stop.push(`Not passed: ${s.failed_because}.`);
     setText('#summary-stop', stop.join(' '));
     const grades = Array.isArray(s.grades) ? s.grades : [];
     $('#grades-wrap').hidden = grades.length === 0;

@@ -16,28 +16,19 @@ use std::sync::Arc;
 use bench_control::live::Live;
 use bench_control::stream::EventLog;
 use bench_run::hooks::{Grade, Hooks, NamedGrade, TurnView};
-use bench_rundir::{TurnRecord, TurnStatus};
+use bench_rundir::TurnRecord;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn record() -> TurnRecord {
     TurnRecord {
-        session_id: "swe-agent__django__django-11099__run-3".into(),
         replay: 2,
-        turn_index: 37,
-        status: TurnStatus::Ok,
-        error_kind: None,
-        error: None,
         ttft_ms: Some(1_234.567),
         e2e_ms: Some(4_987.654),
         tpot_ms: Some(14.735),
         chunk_gaps_ms: vec![14.7; 64],
         input_tokens: Some(31_874),
-        input_tokens_source: None,
         output_tokens: Some(256),
-        output_tokens_source: None,
         cached_tokens: Some(30_720),
-        cached_device_tokens: None,
-        cached_host_tokens: None,
         max_output_tokens: 256,
         recorded_output_tokens: Some(241),
         active_at_dispatch: 64,
@@ -47,21 +38,7 @@ fn record() -> TurnRecord {
         end_s: 1_239.5,
         sent_utc: "2026-01-15T10:23:45.123456789Z".into(),
         end_utc: "2026-01-15T10:23:50.111111111Z".into(),
-        worker: None,
-        redials: 0,
-        warmup: false,
-        ttfa_ms: None,
-        reasoning_chunks: None,
-        answer_chunks: None,
-        reasoning_tokens: None,
-        connect_ms: None,
-        tls_ms: None,
-        est_input_tokens: None,
-        prefix_shared_tokens: None,
-        superseded: false,
-        attempts: 1,
-        failed_attempts: Vec::new(),
-        node: None,
+        ..TurnRecord::example("swe-agent__django__django-11099__run-3", 37)
     }
 }
 

@@ -112,10 +112,17 @@ pub struct Summary {
     pub turns_total: u64,
     /// Of those, failed.
     pub turns_failed: u64,
-    /// Its verdict (`bench run`'s exit status 0); `null` when unknown.
+    /// Whether it passed its gate (`bench run`'s exit status 0: turns played, errors within
+    /// `max_error_rate`, `valid` when `require_valid`); `null` when unknown.
     pub passed: Option<bool>,
-    /// Why it did not pass.
-    pub verdict: Option<String>,
+    /// Why it did not pass its gate.
+    pub failed_because: Option<String>,
+    /// Whether its figures can be trusted: `result.json`'s validity verdict (`valid`,
+    /// `suspect`, `invalid`); `null` for journeys and runs without one.
+    pub validity: Option<bench_report::Verdict>,
+    /// The verdict's reason in one line (`valid: all 8 checks passed …`, or the first check
+    /// that did not pass).
+    pub validity_reason: Option<String>,
     /// Wall time of the measured run, s.
     pub duration_s: Option<f64>,
     /// Output tokens per second over the measured run.
@@ -154,7 +161,9 @@ impl Summary {
             turns_total: r.summary.turns_ok + r.summary.turns_failed,
             turns_failed: r.summary.turns_failed,
             passed: None,
-            verdict: None,
+            failed_because: None,
+            validity: r.validity.as_ref().map(|v| v.verdict),
+            validity_reason: r.validity.as_ref().map(bench_report::Validity::headline),
             duration_s: o.span_s,
             output_tok_s: o.output_throughput_tok_s,
             ttft_p50_ms: o.ttft_ms.p50,
@@ -186,7 +195,7 @@ impl Summary {
             turns_total: total,
             turns_failed: failed,
             passed: Some(problems.is_empty()),
-            verdict: (!problems.is_empty()).then(|| problems.join("; ")),
+            failed_because: (!problems.is_empty()).then(|| problems.join("; ")),
             journeys: Some(Value::Object(per)),
             ..Summary::default()
         }
@@ -765,16 +774,24 @@ fn disk_summary(dir: &Path, kind: RunKind, by: StopBy, reason: &str) -> Option<S
             let r: RunResult =
                 serde_json::from_slice(&std::fs::read(dir.join(files::RESULT)).ok()?).ok()?;
             let mut s = Summary::from_result(&r, Some(by), Some(reason.to_owned()));
-            // The verdict, as bench run judged it: the spec's error threshold.
+            // The gate, as bench run judged it (bench_run::gate).
             let spec = std::fs::read(dir.join(files::RUN_JSON))
                 .ok()
                 .and_then(|b| serde_json::from_slice::<SpecHead>(&b).ok())
                 .and_then(|h| h.spec)
                 .and_then(|v| serde_json::from_value::<RunSpec>(v).ok());
             if let Some(spec) = spec {
-                let v = verdict(s.turns_total, s.turns_failed, spec.judge.max_error_rate);
+                let j = &spec.judge;
+                let v = bench_run::gate(
+                    s.turns_total,
+                    s.turns_failed,
+                    j.max_error_rate,
+                    j.require_valid,
+                    r.validity.as_ref(),
+                )
+                .err();
                 s.passed = Some(v.is_none());
-                s.verdict = v;
+                s.failed_because = v;
             }
             Some(s)
         }
@@ -787,19 +804,6 @@ fn disk_summary(dir: &Path, kind: RunKind, by: StopBy, reason: &str) -> Option<S
             Some(s)
         }
     }
-}
-
-fn verdict(total: u64, failed: u64, max_error_rate: f64) -> Option<String> {
-    if total == 0 {
-        return Some("no turn was played".into());
-    }
-    let rate = failed as f64 / total as f64;
-    (rate > max_error_rate).then(|| {
-        format!(
-            "{failed} of {total} turns failed ({:.1}%), above max_error_rate {max_error_rate}",
-            rate * 100.0
-        )
-    })
 }
 
 /// A lifecycle event into the log, as `events.jsonl` has it (its `event` is the type).
@@ -1055,9 +1059,9 @@ impl Control {
                     Some(report.stopped_by),
                     Some(report.reason.clone()),
                 );
-                let v = report.verdict().err();
+                let v = report.gate().err();
                 s.passed = Some(v.is_none());
-                s.verdict = v;
+                s.failed_because = v;
                 entry.finish(status, Some(s), None);
             }
             Err(e) => entry.finish(RunStatus::Failed, None, Some(e.to_string())),
@@ -1249,9 +1253,8 @@ mod tests {
 
     #[test]
     fn a_saved_stream_is_listed_from_its_first_and_last_lines_and_a_torn_end_is_unfinished() {
-        let dir = std::env::temp_dir().join(format!("bench-control-saved-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let created =
             r#"{"id":1,"event":"run.created","utc":"2026-01-01T00:00:00Z","kind":"replay"}"#;
         let turn =
@@ -1259,7 +1262,7 @@ mod tests {
         let end = r#"{"id":3,"event":"run.cancelled","utc":"2026-01-01T00:00:02Z","status":"cancelled","summary":{"turns_total":1}}"#;
         let path = dir.join(files::STREAM);
         std::fs::write(&path, format!("{created}\n{turn}\n{end}\n")).unwrap();
-        let run = DiskRun::read("r", &dir).unwrap();
+        let run = DiskRun::read("r", dir).unwrap();
         assert_eq!(run.view.status, RunStatus::Cancelled);
         assert_eq!(
             run.view.finished_utc.as_deref(),
@@ -1270,10 +1273,9 @@ mod tests {
         // A crash cut the terminal line: the run is unfinished, the turn line does not pass
         // for an end, and the stream has the two complete events.
         std::fs::write(&path, format!("{created}\n{turn}\n{}", &end[..40])).unwrap();
-        let run = DiskRun::read("r", &dir).unwrap();
+        let run = DiskRun::read("r", dir).unwrap();
         assert_eq!(run.view.status, RunStatus::Unfinished);
         assert_eq!(run.log().last_id(), 2);
         assert!(run.log().terminal().is_none());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

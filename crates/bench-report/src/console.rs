@@ -126,12 +126,20 @@ impl RunResult {
             "{:<22}{:>10}{:>10}{:>10}{:>10}{:>8}",
             "steady window, ms", "p50", "p90", "p99", "mean", "n"
         ));
+        // A p99 of fewer than 100 values is about their slowest: marked, and said below.
+        let thin = std::cell::Cell::new(false);
         let dist = |name: &str, d: &Dist| {
+            let mark = if d.p99.is_some() && d.count < crate::validity::P99_MIN_COUNT {
+                thin.set(true);
+                "*"
+            } else {
+                ""
+            };
             format!(
                 "{name:<22}{:>10}{:>10}{:>10}{:>10}{:>8}",
                 num(d.p50, 1),
                 num(d.p90, 1),
-                num(d.p99, 1),
+                format!("{}{mark}", num(d.p99, 1)),
                 num(d.mean, 1),
                 d.count
             )
@@ -175,6 +183,12 @@ impl RunResult {
             // Open loop: latency as a user arriving on schedule saw it.
             line(dist("TTFT from due", &m.ttft_from_due_ms));
             line(dist("e2e from due", &m.e2e_from_due_ms));
+        }
+        if thin.get() {
+            line(format!(
+                "  * p99 of fewer than {} values: about the slowest of them, not a 1% tail",
+                crate::validity::P99_MIN_COUNT
+            ));
         }
         line(String::new());
         line(format!(

@@ -403,35 +403,16 @@ mod tests {
     use bench_rundir::ErrorKind;
 
     /// A fresh directory under the system temp dir, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> Self {
-            let d = std::env::temp_dir().join(format!(
-                "bench-report-export-{name}-{}-{}",
-                std::process::id(),
-                TMP_SEQ.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).expect("temp dir");
-            TempDir(d)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+    fn temp_dir(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("bench-report-export-{name}-"))
+            .tempdir()
+            .expect("temp dir")
     }
 
     fn turn(index: u32) -> TurnRecord {
         TurnRecord {
-            session_id: "s-1".into(),
             replay: 2,
-            turn_index: index,
-            status: TurnStatus::Ok,
-            error_kind: None,
-            error: None,
             ttft_ms: Some(120.5),
             e2e_ms: Some(900.25),
             tpot_ms: Some(12.0),
@@ -441,8 +422,6 @@ mod tests {
             output_tokens: Some(64),
             output_tokens_source: Some(CountSource::Client),
             cached_tokens: Some(1024),
-            cached_device_tokens: None,
-            cached_host_tokens: None,
             max_output_tokens: 64,
             recorded_output_tokens: Some(60),
             active_at_dispatch: 4,
@@ -454,19 +433,13 @@ mod tests {
             end_utc: "2025-01-02T03:04:06.023Z".into(),
             worker: Some("w0".into()),
             redials: 1,
-            warmup: false,
             ttfa_ms: Some(250.5),
             reasoning_chunks: Some(8),
             answer_chunks: Some(56),
             reasoning_tokens: Some(8),
             connect_ms: Some(0.25),
             tls_ms: Some(3.5),
-            est_input_tokens: None,
-            prefix_shared_tokens: None,
-            superseded: false,
-            attempts: 1,
-            failed_attempts: Vec::new(),
-            node: None,
+            ..TurnRecord::example("s-1", index)
         }
     }
 
@@ -574,8 +547,8 @@ mod tests {
 
     #[test]
     fn append_twice_gives_two_lines() {
-        let d = TempDir::new("append");
-        let path = d.0.join("results.jsonl");
+        let d = temp_dir("append");
+        let path = d.path().join("results.jsonl");
         let v = result_line(&result(), &ctx());
         append_result_line(&path, &v).expect("first");
         let mut c2 = ctx();
@@ -602,8 +575,8 @@ mod tests {
 
     #[test]
     fn append_error_names_the_file() {
-        let d = TempDir::new("append-err");
-        let path = d.0.join("missing-dir").join("results.jsonl");
+        let d = temp_dir("append-err");
+        let path = d.path().join("missing-dir").join("results.jsonl");
         let e = append_result_line(&path, &json!({})).expect_err("no such dir");
         assert_eq!(e.path, path);
         assert_eq!(e.source.kind(), std::io::ErrorKind::NotFound);
@@ -617,8 +590,8 @@ mod tests {
 
     #[test]
     fn csv_round_trip() {
-        let d = TempDir::new("csv");
-        let path = d.0.join("turns.csv");
+        let d = temp_dir("csv");
+        let path = d.path().join("turns.csv");
         // An existing file is replaced whole.
         std::fs::write(&path, "old,content\n1,2\n3,4\n5,6\n").expect("seed");
         let turns = vec![turn(0), failed(1)];
@@ -693,7 +666,7 @@ mod tests {
         assert_eq!(col(bad, "warmup"), "true");
 
         // Nothing left beside it.
-        let names: Vec<String> = std::fs::read_dir(&d.0)
+        let names: Vec<String> = std::fs::read_dir(d.path())
             .expect("list")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
@@ -702,16 +675,16 @@ mod tests {
 
     #[test]
     fn csv_failure_leaves_nothing() {
-        let d = TempDir::new("csv-err");
-        let path = d.0.join("missing-dir").join("turns.csv");
+        let d = temp_dir("csv-err");
+        let path = d.path().join("missing-dir").join("turns.csv");
         let e = write_turns_csv(&path, &[turn(0)]).expect_err("no such dir");
         assert!(e.to_string().starts_with("cannot write "), "{e}");
         // The target is a directory: the rename fails and the temporary file is removed.
-        let target = d.0.join("a-dir");
+        let target = d.path().join("a-dir");
         std::fs::create_dir(&target).expect("dir");
         std::fs::write(target.join("keep"), "x").expect("file");
         assert!(write_turns_csv(&target, &[turn(0)]).is_err());
-        let names: Vec<String> = std::fs::read_dir(&d.0)
+        let names: Vec<String> = std::fs::read_dir(d.path())
             .expect("list")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();

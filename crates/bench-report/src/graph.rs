@@ -608,50 +608,21 @@ mod tests {
         let T(released_s, due_s, sent_s, first_token_s, end_s) = t;
         let ok = first_token_s.is_some();
         TurnRecord {
-            session_id: s.to_owned(),
             replay,
-            turn_index,
             status: if ok {
                 TurnStatus::Ok
             } else {
                 TurnStatus::Error
             },
             error_kind: (!ok).then_some(ErrorKind::Status),
-            error: None,
             ttft_ms: first_token_s.map(|f| (f - sent_s) * 1000.0),
             e2e_ms: ok.then_some((end_s - sent_s) * 1000.0),
-            tpot_ms: None,
-            chunk_gaps_ms: Vec::new(),
             input_tokens: Some(1000),
-            input_tokens_source: None,
-            output_tokens: Some(10),
-            output_tokens_source: None,
             cached_tokens: cached,
-            cached_device_tokens: None,
-            cached_host_tokens: None,
-            max_output_tokens: 10,
-            recorded_output_tokens: None,
-            active_at_dispatch: 1,
             due_s,
             sent_s,
             first_token_s,
             end_s,
-            sent_utc: String::new(),
-            end_utc: String::new(),
-            worker: None,
-            redials: 0,
-            ttfa_ms: None,
-            reasoning_chunks: None,
-            answer_chunks: None,
-            reasoning_tokens: None,
-            connect_ms: None,
-            tls_ms: None,
-            est_input_tokens: None,
-            prefix_shared_tokens: None,
-            warmup: false,
-            superseded: false,
-            attempts: 1,
-            failed_attempts: Vec::new(),
             node: Some(NodeInfo {
                 agent: agent.to_owned(),
                 depth: u32::from(agent != "main"),
@@ -660,6 +631,7 @@ mod tests {
                 released_by,
                 in_flight,
             }),
+            ..TurnRecord::example(s, turn_index)
         }
     }
 

@@ -14,11 +14,11 @@
 use std::fs::{File, OpenOptions};
 use std::hint::black_box;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bench_run::RunDirWriter;
-use bench_rundir::{CountSource, TurnRecord, TurnStatus};
+use bench_rundir::{CountSource, TurnRecord};
 use bench_runner::{Observer, RunEvent};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
@@ -39,10 +39,7 @@ fn record(gaps: usize) -> TurnRecord {
         })
         .collect();
     TurnRecord {
-        session_id: "swe-agent__django__django-11099__run-3".into(),
         replay: 2,
-        turn_index: 37,
-        status: TurnStatus::Ok,
         error_kind: Some(bench_transport::ErrorKind::Status),
         error: Some("HTTP 503 Service Unavailable: the engine is overloaded".into()),
         ttft_ms: Some(ms(Duration::from_nanos(1_234_567_891))),
@@ -67,19 +64,7 @@ fn record(gaps: usize) -> TurnRecord {
         end_utc: "2026-01-15T10:23:50.111111111Z".into(),
         worker: Some("vllm-worker-3.bench.svc.cluster.local".into()),
         redials: 1,
-        warmup: false,
-        ttfa_ms: None,
-        reasoning_chunks: None,
-        answer_chunks: None,
-        reasoning_tokens: None,
-        connect_ms: None,
-        tls_ms: None,
-        est_input_tokens: None,
-        prefix_shared_tokens: None,
-        superseded: false,
-        attempts: 1,
-        failed_attempts: Vec::new(),
-        node: None,
+        ..TurnRecord::example("swe-agent__django__django-11099__run-3", 37)
     }
 }
 
@@ -90,11 +75,12 @@ fn line(rec: &TurnRecord) -> Vec<u8> {
     l
 }
 
-/// A fresh directory for this process.
-fn temp_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-runner-record-write-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh temporary directory, removed when the returned guard drops.
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("bench-runner-record-write-")
+        .tempdir()
+        .unwrap()
 }
 
 /// Times `iters` calls of `f`, emptying `path` every [`CHUNK`] calls (untimed).
@@ -116,7 +102,8 @@ fn timed_with_truncation(path: &Path, iters: u64, mut f: impl FnMut()) -> Durati
 }
 
 fn bench(c: &mut Criterion) {
-    let dir = temp_dir();
+    let tmp = temp_dir();
+    let dir = tmp.path();
     let mut g = c.benchmark_group("record_write");
     g.warm_up_time(Duration::from_secs(1));
     g.measurement_time(Duration::from_secs(3));
@@ -164,7 +151,6 @@ fn bench(c: &mut Criterion) {
         assert!(writer.errors().is_empty(), "{:?}", writer.errors());
     }
     g.finish();
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 criterion_group!(benches, bench);

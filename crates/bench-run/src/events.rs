@@ -172,10 +172,13 @@ mod tests {
 
     #[test]
     fn records_and_events_land_one_per_line_and_read_back_typed() {
-        let dir = std::env::temp_dir().join(format!("bench-run-writer-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let writer = RunDirWriter::create(&dir).unwrap();
-        let events = Events::open(&dir).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("bench-run-writer-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
+        let writer = RunDirWriter::create(dir).unwrap();
+        let events = Events::open(dir).unwrap();
         let mut rx = events.subscribe();
         let s = SessionRecord {
             session_id: "a".into(),
@@ -224,18 +227,20 @@ mod tests {
         assert!(late.try_recv().is_err(), "nothing twice");
         events.emit(LifecycleEvent::Other);
         assert_eq!(late.try_recv().unwrap().event, LifecycleEvent::Other);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_secret_in_a_record_or_an_event_is_written_and_sent_as_stars() {
-        let dir = std::env::temp_dir().join(format!("bench-run-scrub-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = tempfile::Builder::new()
+            .prefix("bench-run-scrub-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
         let secrets = Secrets::default().with("sk-SECRET-0001");
-        let writer = RunDirWriter::create(&dir)
+        let writer = RunDirWriter::create(dir)
             .unwrap()
             .with_secrets(secrets.clone());
-        let events = Events::open(&dir).unwrap().with_secrets(secrets);
+        let events = Events::open(dir).unwrap().with_secrets(secrets);
         let mut rx = events.subscribe();
         let line = r#"{"session_id":"s","replay":0,"turn_index":0,"status":"error",
             "error_kind":"http_status","error":"http_status: HTTP 401: bad key sk-SECRET-0001",
@@ -261,6 +266,5 @@ mod tests {
                 reason: "GET /metrics: ***".into()
             }
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

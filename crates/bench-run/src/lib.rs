@@ -294,10 +294,10 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// `Ok` when the run counts as passed: no failed replay task, at least one turn, no more
-    /// failed turns than `max_error_rate` allows and, with `require_valid`, a `valid` verdict;
-    /// else one line saying why.
-    pub fn verdict(&self) -> Result<(), String> {
+    /// `Ok` when the run passes its gate: no failed replay task, and [`gate`]; else one line
+    /// saying why. (The run's *validity*, whether its figures can be trusted, is
+    /// `result.validity`; the gate asks for `valid` only with `require_valid`.)
+    pub fn gate(&self) -> Result<(), String> {
         if !self.task_failures.is_empty() {
             return Err(format!(
                 "{} replay task(s) failed (a bug; their sessions were cut, every record made \
@@ -306,42 +306,59 @@ impl RunReport {
                 self.task_failures.join("; ")
             ));
         }
-        if self.turns_total == 0 {
-            return Err("no turn was played".into());
-        }
-        let rate = self.turns_failed as f64 / self.turns_total as f64;
-        if rate > self.max_error_rate {
-            return Err(format!(
-                "{} of {} turns failed ({:.1}%), above --max-error-rate {}",
-                self.turns_failed,
-                self.turns_total,
-                rate * 100.0,
-                self.max_error_rate
-            ));
-        }
-        if self.require_valid
-            && let Some(v) = &self.result.validity
-            && v.verdict != bench_report::Verdict::Valid
-        {
-            let why: Vec<String> = v
-                .checks
-                .iter()
-                .filter(|c| {
-                    matches!(
-                        c.status,
-                        bench_report::CheckStatus::Warn | bench_report::CheckStatus::Fail
-                    )
-                })
-                .map(|c| c.name.clone())
-                .collect();
-            return Err(format!(
-                "the run is {} ({}), and --require-valid asks for valid",
-                v.verdict.as_str(),
-                why.join(", ")
-            ));
-        }
-        Ok(())
+        gate(
+            self.turns_total,
+            self.turns_failed,
+            self.max_error_rate,
+            self.require_valid,
+            self.result.validity.as_ref(),
+        )
     }
+}
+
+/// A finished run's gate (`bench run`'s exit status, `bench serve`'s `passed`), from what a
+/// run directory keeps as well as from a live run: at least one turn, no more failed turns
+/// than `max_error_rate` allows and, with `require_valid`, a `valid` verdict.
+pub fn gate(
+    turns_total: u64,
+    turns_failed: u64,
+    max_error_rate: f64,
+    require_valid: bool,
+    validity: Option<&bench_report::Validity>,
+) -> Result<(), String> {
+    if turns_total == 0 {
+        return Err("no turn was played".into());
+    }
+    let rate = turns_failed as f64 / turns_total as f64;
+    if rate > max_error_rate {
+        return Err(format!(
+            "{turns_failed} of {turns_total} turns failed ({:.1}%), above --max-error-rate \
+             {max_error_rate}",
+            rate * 100.0,
+        ));
+    }
+    if require_valid
+        && let Some(v) = validity
+        && v.verdict != bench_report::Verdict::Valid
+    {
+        let why: Vec<String> = v
+            .checks
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c.status,
+                    bench_report::CheckStatus::Warn | bench_report::CheckStatus::Fail
+                )
+            })
+            .map(|c| c.name.clone())
+            .collect();
+        return Err(format!(
+            "the run is {} ({}), and --require-valid asks for valid",
+            v.verdict.as_str(),
+            why.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// Starts a new run of `spec`.

@@ -519,8 +519,11 @@ mod tests {
 
     #[test]
     fn a_torn_record_is_dropped_and_a_bad_one_refused() {
-        let d = std::env::temp_dir().join(format!("bench-run-resume-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("bench-run-resume-")
+            .tempdir()
+            .unwrap();
+        let d = tmp.path();
         let p = d.join(files::TURNS);
         let whole = serde_json::to_string(&turn("a", 0, 0.0, 1.0)).unwrap();
         std::fs::write(&p, format!("{whole}\n{{\"session_id\":\"b\",\"tu")).unwrap();
@@ -539,6 +542,5 @@ mod tests {
             e.contains("turns.jsonl:2: not a record bench can read back"),
             "{e}"
         );
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -151,12 +151,12 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    fn dir(name: &str) -> std::path::PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("bench-run-scrape-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh temporary directory, removed when the returned guard drops.
+    fn dir(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("bench-run-scrape-{name}-"))
+            .tempdir()
+            .unwrap()
     }
 
     fn phases(dir: &Path) -> Vec<ScrapePhase> {
@@ -186,19 +186,20 @@ mod tests {
         };
         let sim = bench_sim::SimServer::start(cfg).await.unwrap();
         let client = Client::new(bench_transport::ClientConfig::new(sim.base_url())).unwrap();
-        let d = dir("phases");
+        let tmp = dir("phases");
+        let d = tmp.path();
         let tracker = Arc::new(PhaseTracker::default());
         let s = Scraper::start(
             client,
             Duration::from_millis(20),
             Duration::from_secs(100),
-            &d,
+            d,
             tracker.clone(),
             |r| panic!("disabled: {r}"),
         )
         .await;
         assert_eq!(
-            phases(&d),
+            phases(d),
             [ScrapePhase::Baseline],
             "the baseline comes first"
         );
@@ -208,12 +209,12 @@ mod tests {
             (Phase::Draining, ScrapePhase::Draining),
         ] {
             tracker.on_event(&RunEvent::Phase(p));
-            until_scraped(&d, want).await;
+            until_scraped(d, want).await;
         }
         let all = s.finish().await;
         sim.shutdown().await;
         let seen: Vec<ScrapePhase> = all.iter().map(|s| s.phase).collect();
-        assert_eq!(seen, phases(&d), "what is returned is what was written");
+        assert_eq!(seen, phases(d), "what is returned is what was written");
         assert_eq!(seen.last(), Some(&ScrapePhase::Final));
         let mut order = seen.clone();
         order.dedup();
@@ -229,7 +230,6 @@ mod tests {
         );
         assert!(all[0].t_s >= 100.0, "t_s continues the origin");
         assert!(all.windows(2).all(|w| w[0].t_s <= w[1].t_s));
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[tokio::test]
@@ -238,14 +238,15 @@ mod tests {
         let url = format!("http://{}", l.local_addr().unwrap());
         drop(l);
         let client = Client::new(bench_transport::ClientConfig::new(url)).unwrap();
-        let d = dir("dead");
+        let tmp = dir("dead");
+        let d = tmp.path();
         let reasons = Arc::new(Mutex::new(Vec::new()));
         let r = reasons.clone();
         let s = Scraper::start(
             client,
             Duration::from_millis(10),
             Duration::ZERO,
-            &d,
+            d,
             Arc::new(PhaseTracker::default()),
             move |why| r.lock().unwrap().push(why.to_owned()),
         )
@@ -258,7 +259,6 @@ mod tests {
             reasons[0].starts_with("GET /metrics: connect"),
             "{reasons:?}"
         );
-        assert!(phases(&d).is_empty());
-        let _ = std::fs::remove_dir_all(&d);
+        assert!(phases(d).is_empty());
     }
 }

@@ -611,7 +611,7 @@ impl PointEnd {
 
 /// Runs one point with [`crate::start`] and waits for it: its end and notes
 /// ([`PointEnd::from_report`]) and the report, if the run got that far (for its
-/// [`RunReport::verdict`]).
+/// [`RunReport::gate`]).
 pub async fn play_point(
     spec: RunSpec,
     options: RunOptions,

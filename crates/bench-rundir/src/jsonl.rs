@@ -223,16 +223,18 @@ mod tests {
         id: String,
     }
 
-    fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("bench-rundir-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh directory, removed when dropped (at the end of the test, even a failed one).
+    fn dir(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("bench-rundir-{name}-"))
+            .tempdir()
+            .unwrap()
     }
 
     #[test]
     fn a_torn_last_line_is_set_aside_and_other_bad_lines_reported() {
-        let d = dir("read");
+        let tmp = dir("read");
+        let d = tmp.path();
         let p = d.join("turns.jsonl");
         assert_eq!(read::<R>(&p).unwrap(), Lines::default());
         std::fs::write(&p, "{\"id\":\"a\"}\n\n{\"id\":\"b\",\"tu").unwrap();
@@ -255,12 +257,12 @@ mod tests {
             l.bad
         );
         assert_eq!(l.torn, None);
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
     fn repair_cuts_a_torn_tail_or_adds_the_newline() {
-        let d = dir("repair");
+        let tmp = dir("repair");
+        let d = tmp.path();
         let ev = d.join("events.jsonl");
         std::fs::write(&ev, "{\"event\":\"run.started\"}\n{\"event\":\"hea").unwrap();
         let r = repair_tail(&ev).unwrap().unwrap();
@@ -292,6 +294,5 @@ mod tests {
             std::fs::read_to_string(&rw).unwrap(),
             "{\"id\":\"x\"}\n{\"id\":\"y\"}\n"
         );
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

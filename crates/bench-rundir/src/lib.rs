@@ -20,8 +20,8 @@
 //!
 //! ```
 //! use bench_rundir::{EventLine, LifecycleEvent, StopBy, files, jsonl};
-//! # let dir = std::env::temp_dir().join(format!("bench-rundir-doc-{}", std::process::id()));
-//! # std::fs::create_dir_all(&dir).unwrap();
+//! # let tmp = tempfile::tempdir().unwrap();
+//! # let dir = tmp.path();
 //! # std::fs::write(dir.join(files::EVENTS), "{\"event\":\"run.stopped\",\"utc\":\"2026-01-01T00:00:00Z\",\"by\":\"completed\",\"reason\":\"all 8 planned sessions were played\"}\n{\"event\":\"heart").unwrap();
 //! let events = jsonl::read::<EventLine>(&dir.join(files::EVENTS)).unwrap();
 //! let stopped = events.records.iter().find_map(|e| match &e.event {

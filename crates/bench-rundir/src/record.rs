@@ -172,6 +172,75 @@ pub struct TurnRecord {
     pub node: Option<NodeInfo>,
 }
 
+impl TurnRecord {
+    /// A plausible ok turn of play 0 of `session_id`, for tests, examples and benchmarks: set
+    /// what a test is about and take the rest from here with struct update syntax.
+    ///
+    /// Sent at 0 s (also its due time), first token at 0.1 s, ended at 1 s: TTFT 100 ms,
+    /// e2e 1000 ms, TPOT 100 ms, 10 output tokens (nine 100 ms chunk gaps; the request was
+    /// pinned to 10), 100 input tokens; one session active at dispatch; wall times
+    /// `2025-01-01T00:00:00Z` → `…:01Z`; measured (not warmup), one attempt, no redial. Every
+    /// other optional field is absent (`None`: token sources, cached tokens, recorded output,
+    /// worker, reasoning and connection times, estimates, graph node).
+    ///
+    /// ```
+    /// use bench_rundir::{TurnRecord, TurnStatus};
+    ///
+    /// let slow = TurnRecord {
+    ///     ttft_ms: Some(900.0),
+    ///     ..TurnRecord::example("s-1", 3)
+    /// };
+    /// assert_eq!((slow.session_id.as_str(), slow.turn_index), ("s-1", 3));
+    /// assert_eq!(slow.status, TurnStatus::Ok);
+    /// assert_eq!(slow.e2e_ms, Some(1000.0));
+    /// ```
+    pub fn example(session_id: impl Into<String>, turn_index: u32) -> TurnRecord {
+        TurnRecord {
+            session_id: session_id.into(),
+            replay: 0,
+            turn_index,
+            status: TurnStatus::Ok,
+            error_kind: None,
+            error: None,
+            ttft_ms: Some(100.0),
+            e2e_ms: Some(1000.0),
+            tpot_ms: Some(100.0),
+            chunk_gaps_ms: vec![100.0; 9],
+            input_tokens: Some(100),
+            input_tokens_source: None,
+            output_tokens: Some(10),
+            output_tokens_source: None,
+            cached_tokens: None,
+            cached_device_tokens: None,
+            cached_host_tokens: None,
+            max_output_tokens: 10,
+            recorded_output_tokens: None,
+            active_at_dispatch: 1,
+            due_s: 0.0,
+            sent_s: 0.0,
+            first_token_s: Some(0.1),
+            end_s: 1.0,
+            sent_utc: "2025-01-01T00:00:00Z".to_owned(),
+            end_utc: "2025-01-01T00:00:01Z".to_owned(),
+            worker: None,
+            redials: 0,
+            ttfa_ms: None,
+            reasoning_chunks: None,
+            answer_chunks: None,
+            reasoning_tokens: None,
+            connect_ms: None,
+            tls_ms: None,
+            est_input_tokens: None,
+            prefix_shared_tokens: None,
+            warmup: false,
+            superseded: false,
+            attempts: 1,
+            failed_attempts: Vec::new(),
+            node: None,
+        }
+    }
+}
+
 /// A turn's place in an agent graph ([`TurnRecord::node`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeInfo {

@@ -133,8 +133,8 @@ mod tests {
 
     #[test]
     fn tokenizer_counter_from_directory() {
-        let dir = std::env::temp_dir().join(format!("bench-sim-tok-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let json = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
             "normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,
             "decoder":null,"model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1,"world":2},
@@ -147,6 +147,5 @@ mod tests {
         assert_eq!(n.keys.len(), 2);
         let missing = TokenCounter::load(Some(&dir.join("nope.json")));
         assert!(matches!(missing, Err(SimError::Tokenizer { .. })));
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

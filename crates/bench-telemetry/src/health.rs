@@ -635,31 +635,25 @@ mod tests {
     }
 
     /// A run directory under the system temp dir, removed on drop.
-    struct Dir(PathBuf);
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    struct Dir(tempfile::TempDir);
 
     impl Dir {
         fn new(name: &str) -> Dir {
-            let p = std::env::temp_dir().join(format!(
-                "bench-health-{name}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_dir_all(&p);
-            std::fs::create_dir_all(&p).unwrap();
-            std::fs::write(p.join("run.json"), "{}\n").unwrap();
-            Dir(p)
+            let d = tempfile::Builder::new()
+                .prefix(&format!("bench-health-{name}-"))
+                .tempdir()
+                .unwrap();
+            std::fs::write(d.path().join("run.json"), "{}\n").unwrap();
+            Dir(d)
+        }
+        fn path(&self) -> &Path {
+            self.0.path()
         }
         fn append(&self, file: &str, lines: &[Value]) -> &Self {
             let mut f = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
-                .open(self.0.join(file))
+                .open(self.path().join(file))
                 .unwrap();
             for l in lines {
                 writeln!(f, "{l}").unwrap();
@@ -670,13 +664,13 @@ mod tests {
             let mut f = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
-                .open(self.0.join(file))
+                .open(self.path().join(file))
                 .unwrap();
             f.write_all(text.as_bytes()).unwrap();
             self
         }
         fn status(&self, sys: &Fake) -> Status {
-            status(&self.0, DEFAULT_STALL_AFTER, sys).unwrap()
+            status(self.path(), DEFAULT_STALL_AFTER, sys).unwrap()
         }
     }
 
@@ -891,7 +885,7 @@ mod tests {
         assert!(!s.crashed);
         // Within the limit it is not.
         assert!(
-            !status(&d.0, Duration::from_secs(200), &sys)
+            !status(d.path(), Duration::from_secs(200), &sys)
                 .unwrap()
                 .stalled
         );
@@ -1001,14 +995,15 @@ mod tests {
     #[test]
     fn missing_and_non_run_directories_are_errors() {
         let sys = Fake::new(0.0);
-        let missing = std::env::temp_dir().join("bench-health-surely-missing-dir");
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("surely-missing");
         assert!(matches!(
             status(&missing, DEFAULT_STALL_AFTER, &sys),
             Err(HealthError::NotFound { .. })
         ));
         let d = Dir::new("empty");
-        std::fs::remove_file(d.0.join("run.json")).unwrap();
-        let e = status(&d.0, DEFAULT_STALL_AFTER, &sys).unwrap_err();
+        std::fs::remove_file(d.path().join("run.json")).unwrap();
+        let e = status(d.path(), DEFAULT_STALL_AFTER, &sys).unwrap_err();
         assert!(matches!(e, HealthError::NotARunDir { .. }));
         assert!(e.to_string().contains("bench-health-empty"));
     }

@@ -299,9 +299,8 @@ mod tests {
         };
         let e = o.client_config().unwrap_err().to_string();
         assert!(e.contains("--ca-cert /nonexistent/ca.pem"), "{e}");
-        let dir = std::env::temp_dir().join(format!("bench-tls-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let empty = dir.join("empty.pem");
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "not a certificate\n").unwrap();
         let o = TlsOptions {
             ca_cert: Some(empty.clone()),
@@ -309,7 +308,6 @@ mod tests {
         };
         let e = o.client_config().unwrap_err().to_string();
         assert!(e.contains("no PEM certificate"), "{e}");
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

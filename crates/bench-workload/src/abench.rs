@@ -119,7 +119,8 @@ mod tests {
 
     #[test]
     fn paths_resolve_to_a_file_a_tier_or_a_root() {
-        let d = std::env::temp_dir().join(format!("bench-abench-resolve-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().to_path_buf();
         let tier = d.join("lmcache/full");
         std::fs::create_dir_all(&tier).unwrap();
         std::fs::write(tier.join("manifest.json"), "{}").unwrap();
@@ -149,6 +150,5 @@ mod tests {
         );
         let e = resolve(Some("random"), Some(&d), None).unwrap_err();
         assert!(e.to_string().contains("drop --dataset-path"), "{e}");
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }

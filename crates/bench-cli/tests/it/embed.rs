@@ -60,7 +60,8 @@ fn sessions_once(dir: &Path) {
 
 #[test]
 fn the_example_leaves_a_directory_bench_status_reads_as_completed() {
-    let dir = tempdir("embed-status").join("run");
+    let tmp_dir = tempdir("embed-status");
+    let dir = tmp_dir.join("run");
     let out = child(&dir).wait_with_output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
@@ -81,7 +82,8 @@ fn the_example_leaves_a_directory_bench_status_reads_as_completed() {
 
 #[test]
 fn after_a_sigkill_bench_run_resume_finishes_the_example_run_once() {
-    let dir = tempdir("embed-kill").join("run");
+    let tmp_dir = tempdir("embed-kill");
+    let dir = tmp_dir.join("run");
     let mut c = child(&dir);
     // Killed as soon as its observer saw the first session finish: mid-run.
     let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();

@@ -36,7 +36,8 @@ fn every_format_renders_and_a_missing_or_stale_result_is_recomputed() {
     let text = run(&["report", d]);
     assert!(text.status.success());
     let stdout = String::from_utf8(text.stdout).unwrap();
-    assert!(stdout.starts_with("validity"), "{stdout}");
+    let verdict = written["validity"]["verdict"].as_str().unwrap();
+    assert!(stdout.starts_with(&format!("{verdict}: ")), "{stdout}");
     assert!(
         stdout.contains("turns          ok 18  failed 0"),
         "{stdout}"

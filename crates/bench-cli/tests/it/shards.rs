@@ -310,7 +310,8 @@ fn merge_refuses_shards_of_other_runs_missing_twice_given_or_unfinished() {
 #[test]
 fn ctrl_c_while_waiting_for_start_at_stops_the_run_before_its_first_turn() {
     let (sim, url) = spawn_sim(&["--instant"]);
-    let dir = tempdir("shards-start-at-int").join("r");
+    let tmp_dir = tempdir("shards-start-at-int");
+    let dir = tmp_dir.join("r");
     // A minute ahead: the run plans, checks the server, writes its directory and waits.
     let at = (time::OffsetDateTime::now_utc() + time::Duration::seconds(60))
         .format(&time::format_description::well_known::Rfc3339)

@@ -58,7 +58,8 @@ fn levels(s: &Value) -> Vec<f64> {
 #[test]
 fn a_sweep_against_a_simulator_with_a_tiny_kv_cache_stops_early_and_says_why() {
     let _serial = serial();
-    let dir = tempdir("sweep-kv").join("sweep");
+    let tmp_dir = tempdir("sweep-kv");
+    let dir = tmp_dir.join("sweep");
     // 2048 tokens of KV cache hold about two of these sessions' requests: past C = 2 the
     // output rate stays flat while requests queue for blocks.
     let t0 = Instant::now();
@@ -111,7 +112,8 @@ fn a_sweep_against_a_simulator_with_a_tiny_kv_cache_stops_early_and_says_why() {
 #[test]
 fn find_max_finds_the_known_capacity_of_a_fixed_capacity_simulator_within_one_step() {
     let _serial = serial();
-    let dir = tempdir("sweep-find-max").join("sweep");
+    let tmp_dir = tempdir("sweep-find-max");
+    let dir = tmp_dir.join("sweep");
     // 4 sequence slots; with no tool waits a fifth session's request always waits for a whole
     // answer (64 tokens, ~160 ms here), far past the 100 ms TTFT bound, which an admitted
     // request meets with room to spare (~25 ms).
@@ -162,7 +164,8 @@ fn find_max_finds_the_known_capacity_of_a_fixed_capacity_simulator_within_one_st
 
 #[test]
 fn a_rate_sweep_runs_open_loop_points_and_prints_its_summary_as_json() {
-    let dir = tempdir("sweep-rates").join("sweep");
+    let tmp_dir = tempdir("sweep-rates");
+    let dir = tmp_dir.join("sweep");
     let out = run(&[
         "sweep",
         "--rates",
@@ -221,7 +224,8 @@ fn a_point_that_fails_stops_the_sweep_with_exit_1() {
         .local_addr()
         .unwrap()
         .port();
-    let dir = tempdir("sweep-failed").join("sweep");
+    let tmp_dir = tempdir("sweep-failed");
+    let dir = tmp_dir.join("sweep");
     let url = format!("http://127.0.0.1:{port}");
     let out = run(&[
         "sweep",
@@ -258,7 +262,8 @@ fn a_point_that_fails_stops_the_sweep_with_exit_1() {
 #[test]
 fn ctrl_c_stops_the_sweep_after_the_current_point_and_records_it_interrupted() {
     let _serial = serial();
-    let dir = tempdir("sweep-signal").join("sweep");
+    let tmp_dir = tempdir("sweep-signal");
+    let dir = tmp_dir.join("sweep");
     let mut args = sweep_args(&dir, 16, &["-c", "1,2,4"]);
     // Long points: the signal comes during the first.
     let d = args.iter().position(|a| a == "2s").unwrap();

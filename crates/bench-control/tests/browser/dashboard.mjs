@@ -289,6 +289,12 @@ try {
   const summaryTurns = await readInt('#summary-turns');
   check('the summary shows the number of turns', summaryTurns === run.summary?.turns_total && summaryTurns === PLANNED_TURNS,
     `page ${summaryTurns}, server ${run.summary?.turns_total}, planned ${PLANNED_TURNS}`);
+  const validity = (await page.textContent('#summary-validity')).trim();
+  const validityReason = (await page.textContent('#summary-validity-reason')).trim();
+  check('the summary shows the run\'s validity verdict and its reason',
+    ['valid', 'suspect', 'invalid'].includes(validity) && validity === run.summary?.validity
+      && validityReason.startsWith(`${validity}: `) && validityReason === run.summary?.validity_reason,
+    `page ${validity} (${validityReason}), server ${run.summary?.validity}`);
   const grades = await page.$$eval('#grades-body tr', (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent.trim()).join(' · ')));
   check('the summary has the SLO grader\'s row', grades.some((t) => t.includes('slo')), grades.join(' | ') || 'no grader row');
   await page.waitForSelector(`.run-item[data-run="${runId}"] .badge[data-status="completed"]`, { timeout: 15_000 }).catch(() => null);

@@ -29,8 +29,9 @@ async fn until_turns(serve: &Serve, id: &str, n: u64) {
 /// marked cancelled; the stream ends with run.cancelled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_run_at_a_time_and_cancel_finalizes_a_partial_result() {
-    let dir = runs_dir("cancel");
-    let serve = Serve::with_dir(&dir).await;
+    let tmp = runs_dir("cancel");
+    let dir = tmp.path();
+    let serve = Serve::with_dir(dir).await;
     let id = serve.start_run(LONG).await;
     let (s, v) = serve.json("POST", "/api/runs", "{}").await;
     assert_eq!(s, 409, "{v}");
@@ -78,8 +79,9 @@ async fn one_run_at_a_time_and_cancel_finalizes_a_partial_result() {
 /// summary and result, and their stream is the one sent live (same ids, same events).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_runs_are_read_back_after_a_restart() {
-    let dir = runs_dir("restart");
-    let serve = Serve::with_dir(&dir).await;
+    let tmp = runs_dir("restart");
+    let dir = tmp.path();
+    let serve = Serve::with_dir(dir).await;
     let id = serve.start_run(SHORT).await;
     let before = serve.until_ended(&id).await;
     assert_eq!(before["status"], "completed");
@@ -88,7 +90,7 @@ async fn finished_runs_are_read_back_after_a_restart() {
         .await;
     serve.stop().await;
 
-    let serve = Serve::with_dir(&dir).await;
+    let serve = Serve::with_dir(dir).await;
     let (s, v) = serve.json("GET", "/api/runs", "").await;
     assert_eq!(s, 200);
     assert_eq!(v["active"], serde_json::Value::Null);
@@ -146,7 +148,8 @@ async fn finished_runs_are_read_back_after_a_restart() {
 /// recorded stop as `unfinished`, its stream ending after its history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_directories_of_other_front_ends_are_listed() {
-    let dir = runs_dir("others");
+    let tmp = runs_dir("others");
+    let dir = tmp.path();
     let spec: bench_run::RunSpec = serde_json::from_str(SHORT).unwrap();
     let handle = bench_run::start(
         spec,
@@ -167,7 +170,7 @@ async fn run_directories_of_other_front_ends_are_listed() {
     )
     .unwrap();
     std::fs::create_dir_all(dir.join("not-a-run")).unwrap();
-    let serve = Serve::with_dir(&dir).await;
+    let serve = Serve::with_dir(dir).await;
     let (_, v) = serve.json("GET", "/api/runs", "").await;
     let runs = v["runs"].as_array().unwrap();
     let ids: Vec<&str> = runs.iter().map(|r| r["id"].as_str().unwrap()).collect();
@@ -208,9 +211,10 @@ async fn run_directories_of_other_front_ends_are_listed() {
 /// dashboard's files need none; a public address needs a token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_token_guards_every_api_route_the_stream_and_metrics() {
-    let dir = runs_dir("token");
+    let tmp = runs_dir("token");
+    let dir = tmp.path();
     let serve = Serve::start(ServeConfig {
-        runs_dir: dir.clone(),
+        runs_dir: dir.to_path_buf(),
         token: Some("s3cret-token".into()),
         ..Default::default()
     })
@@ -249,7 +253,7 @@ async fn the_token_guards_every_api_route_the_stream_and_metrics() {
     serve.stop().await;
     let public = bench_control::Server::bind(ServeConfig {
         bind: "0.0.0.0:0".parse().unwrap(),
-        runs_dir: dir,
+        runs_dir: dir.to_path_buf(),
         ..Default::default()
     })
     .await;
@@ -261,9 +265,9 @@ async fn the_token_guards_every_api_route_the_stream_and_metrics() {
 /// get one-line JSON errors naming the problem; header values never come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_ids_specs_and_bodies_are_refused_clearly() {
-    let dir = runs_dir("bad-input");
-    std::fs::create_dir_all(&dir).unwrap();
-    let serve = Serve::with_dir(&dir).await;
+    let tmp = runs_dir("bad-input");
+    let dir = tmp.path();
+    let serve = Serve::with_dir(dir).await;
     for p in [
         "/api/runs/..",
         "/api/runs/..%2F..%2Fetc%2Fpasswd",
@@ -373,14 +377,15 @@ impl Grader for Counts {
 /// run's counters and histograms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_grader_never_fails_the_run_and_grades_reach_result_stream_and_metrics() {
-    let dir = runs_dir("graders");
+    let tmp = runs_dir("graders");
+    let dir = tmp.path();
     let counts = Arc::new(Counts(AtomicU64::new(0)));
     let control = bench_control::ControlConfig {
         graders: vec![Arc::new(Panics), counts.clone()],
         ..Default::default()
     };
     let serve = Serve::start(ServeConfig {
-        runs_dir: dir.clone(),
+        runs_dir: dir.to_path_buf(),
         control,
         ..Default::default()
     })
@@ -465,8 +470,9 @@ async fn a_panicking_grader_never_fails_the_run_and_grades_reach_result_stream_a
 /// A journeys suite runs through the same API and streams `journey.run` events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_journeys_suite_runs_through_the_api() {
-    let dir = runs_dir("journeys");
-    let serve = Serve::with_dir(&dir).await;
+    let tmp = runs_dir("journeys");
+    let dir = tmp.path();
+    let serve = Serve::with_dir(dir).await;
     let id = serve
         .start_run(
             r#"{"kind": "journeys", "journeys": ["list_models"], "iterations": 5, "warmup": 1}"#,
@@ -495,8 +501,9 @@ async fn a_journeys_suite_runs_through_the_api() {
 /// A cancel while a run still waits for its server ends it at once, cancelled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_while_waiting_for_the_server_ends_the_run_at_once() {
-    let dir = runs_dir("cancel-starting");
-    let serve = Serve::with_dir(&dir).await;
+    let tmp = runs_dir("cancel-starting");
+    let dir = tmp.path();
+    let serve = Serve::with_dir(dir).await;
     let spec = r#"{"target": {"url": {"base_url": "http://127.0.0.1:9", "ready_timeout": "10m"}}}"#;
     let id = serve.start_run(spec).await;
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -7,18 +7,19 @@ mod api;
 mod stream;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
-/// A fresh runs directory.
-pub fn runs_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-control-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A fresh, empty runs directory, removed with the runs the test made in it when dropped (at
+/// the end of the test, even a failed one).
+pub fn runs_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("bench-control-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// A running `bench serve` on a free loopback port.

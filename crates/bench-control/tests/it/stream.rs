@@ -62,8 +62,9 @@ async fn history_then_live_has_no_gap_and_no_duplicate_under_concurrent_publishi
 /// is 204.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn last_event_id_resumes_after_that_event_and_the_stream_ends_after_the_terminal_one() {
-    let dir = runs_dir("resume");
-    let serve = Serve::with_dir(&dir).await;
+    let tmp = runs_dir("resume");
+    let dir = tmp.path();
+    let serve = Serve::with_dir(dir).await;
     let id = serve.start_run(SHORT).await;
     let path = format!("/api/runs/{id}/events");
     // Read a few events, then drop the connection.
@@ -136,9 +137,10 @@ async fn last_event_id_resumes_after_that_event_and_the_stream_ends_after_the_te
 /// A stream with nothing to say sends a keepalive comment (here every 200 ms).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_stream_gets_keepalive_comments() {
-    let dir = runs_dir("keepalive");
+    let tmp = runs_dir("keepalive");
+    let dir = tmp.path();
     let serve = Serve::start(bench_control::ServeConfig {
-        runs_dir: dir.clone(),
+        runs_dir: dir.to_path_buf(),
         keepalive: Duration::from_millis(200),
         ..Default::default()
     })
@@ -173,8 +175,9 @@ async fn an_idle_stream_gets_keepalive_comments() {
 /// stream is open and never read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_never_reads_does_not_slow_the_run() {
-    let dir = runs_dir("slow-sub");
-    let serve = Serve::with_dir(&dir).await;
+    let tmp = runs_dir("slow-sub");
+    let dir = tmp.path();
+    let serve = Serve::with_dir(dir).await;
     let id = serve.start_run(SHORT).await;
     let stuck = serve
         .open("GET", &format!("/api/runs/{id}/events"), &[], "")

@@ -617,9 +617,8 @@ fn parse_errors_say_what_and_where() {
 
 #[test]
 fn load_reads_a_file() {
-    let dir = std::env::temp_dir().join(format!("bench-journeys-load-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join("j.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("j.toml");
     std::fs::write(
         &p,
         "[[journey]]\nname = \"a\"\nkind = \"throughput\"\nmax_iterations = 7\nneeds_mock_llm = true\nmeasure = [{ path = \"/\" }]\n",
@@ -631,10 +630,9 @@ fn load_reads_a_file() {
     assert_eq!(j.max_iterations(), Some(7));
     assert!(j.needs_mock_llm());
     assert!(!j.concurrency_safe());
-    let e = declarative::load(dir.join("missing.toml")).unwrap_err();
+    let e = declarative::load(dir.path().join("missing.toml")).unwrap_err();
     assert!(e.file.ends_with("missing.toml"), "{e}");
     assert!(e.message.starts_with("cannot read it:"), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method};
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response, StatusCode};
+use tempfile::NamedTempFile;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -276,26 +277,14 @@ async fn serve(agent: Arc<Agent>) -> SocketAddr {
     .await
 }
 
-/// The simulator's request log, removed when the test ends.
-struct TempLog(PathBuf);
-
-impl TempLog {
-    fn new(tag: &str) -> TempLog {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        TempLog(std::env::temp_dir().join(format!(
-            "bench-journeys-interrupt-{tag}-{}-{nanos}.jsonl",
-            std::process::id()
-        )))
-    }
-}
-
-impl Drop for TempLog {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+/// A fresh file for the simulator's request log, removed when the test ends (even a failed
+/// one).
+fn temp_log(tag: &str) -> NamedTempFile {
+    tempfile::Builder::new()
+        .prefix(&format!("bench-journeys-interrupt-{tag}-"))
+        .suffix(".jsonl")
+        .tempfile()
+        .unwrap()
 }
 
 fn read_log(path: &Path) -> Vec<serde_json::Value> {
@@ -312,7 +301,7 @@ fn held_lines(log: &[serde_json::Value]) -> Vec<&serde_json::Value> {
 
 struct Stack {
     sim: SimServer,
-    log: TempLog,
+    log: NamedTempFile,
     agent: Arc<Agent>,
     env: Env,
     file: JourneyFile,
@@ -321,9 +310,9 @@ struct Stack {
 /// The simulator (fixed, short LLM times, so an unheld turn ends quickly), the agent server
 /// calling it, and the journeys file with `llm_url` pointing at it.
 async fn start(toml: &str, tag: &str, params: &[(&str, &str)]) -> Stack {
-    let log = TempLog::new(tag);
+    let log = temp_log(tag);
     let sim = SimServer::start(SimConfig {
-        request_log: Some(log.0.clone()),
+        request_log: Some(log.path().to_owned()),
         mode: LatencyMode::Fixed {
             ttft: Duration::from_millis(20),
             itl: Duration::from_millis(2),
@@ -454,10 +443,10 @@ async fn each_interrupt_cancels_an_llm_call_held_in_flight() {
     // already logged as aborted, so it was the agent that cancelled them. The line is written
     // just after a request leaves the held set, so wait for it a little.
     let deadline = std::time::Instant::now() + TIMEOUT;
-    while held_lines(&read_log(&log.0)).len() < 4 && std::time::Instant::now() < deadline {
+    while held_lines(&read_log(log.path())).len() < 4 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let before = read_log(&log.0);
+    let before = read_log(log.path());
     let held_before = held_lines(&before);
     assert_eq!(held_before.len(), 4, "{before:#?}");
     assert!(
@@ -466,7 +455,7 @@ async fn each_interrupt_cancels_an_llm_call_held_in_flight() {
     );
 
     sim.shutdown().await;
-    let lines = read_log(&log.0);
+    let lines = read_log(log.path());
     // The setup's turn plus the 4 interrupted ones: the shutdown added none.
     assert_eq!(lines.len(), 5, "{lines:#?}");
     let held = held_lines(&lines);
@@ -511,7 +500,7 @@ async fn without_the_hold_no_llm_call_is_seen_in_flight_and_the_operation_fails(
     assert_eq!(agent.llm_started.load(Ordering::SeqCst), 3);
 
     sim.shutdown().await;
-    let lines = read_log(&log.0);
+    let lines = read_log(log.path());
     assert_eq!(lines.len(), 3, "{lines:#?}");
     assert!(held_lines(&lines).is_empty(), "{lines:#?}");
 }

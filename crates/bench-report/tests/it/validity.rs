@@ -72,7 +72,7 @@ fn a_clean_run_is_valid_and_every_check_is_accounted_for() {
     }
     assert!(
         r.console()
-            .starts_with("validity       valid (8 checks passed, 1 not applicable)")
+            .starts_with("valid: all 8 checks passed (1 not applicable; docs/report.md)")
     );
     // The JSON carries the verdict and each check.
     let j = serde_json::to_value(&r).unwrap();
@@ -90,7 +90,16 @@ fn a_saturated_client_shows_in_its_lag_and_its_cpu() {
     let mut r = run(&recs, false);
     assert_eq!(status(&r, "dispatch_lag"), CheckStatus::Fail);
     assert_eq!(r.validity.as_ref().unwrap().verdict, Verdict::Invalid);
-    assert!(r.console().contains("FAIL dispatch_lag"), "{}", r.console());
+    assert!(
+        r.console().starts_with("invalid: dispatch_lag: "),
+        "{}",
+        r.console()
+    );
+    assert!(
+        r.console().contains("\n  fail dispatch_lag: "),
+        "{}",
+        r.console()
+    );
 
     r.client = Some(ClientCpu::new(29.0, 30.0, false));
     r.assess_validity(&clean_records(), false);
@@ -151,10 +160,33 @@ fn errors_and_a_short_steady_window_are_caught() {
     }
     let r = run(&recs, false);
     assert_eq!(status(&r, "error_rate"), CheckStatus::Warn); // 4 of 204
-    // Few turns at full load: a short run.
+    // Few turns at full load: a short run. Enough for p50 and p90 (p99 is marked), but not
+    // fewer than 30.
     let recs: Vec<TurnRecord> = clean_records().into_iter().take(40).collect();
     let r = run(&recs, false);
-    assert_eq!(status(&r, "steady_window"), CheckStatus::Warn);
+    assert_eq!(status(&r, "steady_window"), CheckStatus::Pass);
+    let steady = r
+        .validity
+        .as_ref()
+        .unwrap()
+        .checks
+        .iter()
+        .find(|c| c.name == "steady_window");
+    assert!(
+        steady
+            .unwrap()
+            .explanation
+            .contains("a p99 of fewer than 100 turns"),
+        "{steady:?}"
+    );
+    assert!(
+        r.console().contains("  * p99 of fewer than 100 values"),
+        "{}",
+        r.console()
+    );
+    let recs: Vec<TurnRecord> = clean_records().into_iter().take(25).collect();
+    let r = run(&recs, false);
+    assert_eq!(status(&r, "steady_window"), CheckStatus::Fail);
     let mut recs = clean_records();
     for r in &mut recs {
         r.active_at_dispatch = 3; // below ceil(0.9 × 10)

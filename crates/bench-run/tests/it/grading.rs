@@ -47,10 +47,15 @@ fn spec(graders: &str) -> RunSpec {
 
 const TURNS: u64 = 18;
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-run-grading-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A run directory not yet created, inside a temporary directory removed when the returned
+/// guard drops (keep it alive for the test).
+fn dir(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("bench-run-grading-{name}-"))
+        .tempdir()
+        .unwrap();
+    let d = tmp.path().join("run");
+    (tmp, d)
 }
 
 /// Panics on every turn.
@@ -192,7 +197,7 @@ fn result_json(d: &Path) -> RunResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graders_and_hooks_see_every_turn_and_broken_ones_never_fail_the_run() {
-    let d = dir("mixed");
+    let (_tmp, d) = dir("mixed");
     let mut spec = spec(r#"{"slo": {"ttft_ms": 10000, "tpot_ms": 10000}}"#);
     spec.judge.slo = Some("ttft_ms=10000,tpot_ms=10000".into());
     let counting = Arc::new(Counting::default());
@@ -207,7 +212,7 @@ async fn graders_and_hooks_see_every_turn_and_broken_ones_never_fail_the_run() {
         .wait()
         .await
         .unwrap();
-    report.verdict().unwrap();
+    report.gate().unwrap();
     assert_eq!(report.stopped_by, StopBy::Completed, "{}", report.reason);
     assert_eq!((report.turns_total, report.turns_failed), (TURNS, 0));
 
@@ -311,7 +316,7 @@ async fn graders_and_hooks_see_every_turn_and_broken_ones_never_fail_the_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_turns_reach_the_hooks_without_an_answer_and_are_never_graded() {
-    let d = dir("failed");
+    let (_tmp, d) = dir("failed");
     let mut spec = spec(r#"{"slo": {"e2e_ms": 10000}, "output_length": {}}"#);
     // The simulator refuses every prompt (over its window); the client's context guard is
     // told the window is large, so the requests are sent and fail.
@@ -347,7 +352,7 @@ async fn failed_turns_reach_the_hooks_without_an_answer_and_are_never_graded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_content_run_grades_what_the_simulator_answered() {
-    let d = dir("model");
+    let (_tmp, d) = dir("model");
     let mut spec = spec(r#"{"response": {"json": true}, "output_length": {"tolerance": 0.1}}"#);
     spec.request.content_mode = ContentMode::Model;
     let counting = Arc::new(Counting::default());
@@ -358,7 +363,7 @@ async fn a_model_content_run_grades_what_the_simulator_answered() {
         .wait()
         .await
         .unwrap();
-    report.verdict().unwrap();
+    report.gate().unwrap();
     assert_eq!(report.turns_total, TURNS);
 
     // The simulator answers lorem-ipsum words, never JSON, and (with `ignore_eos`) exactly the
@@ -403,7 +408,7 @@ async fn a_model_content_run_grades_what_the_simulator_answered() {
 
 #[tokio::test]
 async fn two_graders_of_one_name_are_refused_before_the_run_starts() {
-    let d = dir("dup");
+    let (_tmp, d) = dir("dup");
     struct Slo;
     impl Grader for Slo {
         fn name(&self) -> &str {

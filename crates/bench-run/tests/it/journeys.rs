@@ -14,10 +14,15 @@ use bench_rundir::{EventLine, LifecycleEvent, RunJsonHead, RunKind, StopBy, file
 
 const SECRET: &str = "s3cr3t-token-value-8d1f";
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-run-journeys-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A run directory not yet created, inside a temporary directory removed when the returned
+/// guard drops (keep it alive for the test).
+fn dir(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("bench-run-journeys-{name}-"))
+        .tempdir()
+        .unwrap();
+    let d = tmp.path().join("run");
+    (tmp, d)
 }
 
 fn spec(journeys: &[&str], iterations: u32, runs: u32) -> JourneysSpec {
@@ -80,7 +85,7 @@ fn stopped_by(events: &[LifecycleEvent]) -> Option<StopBy> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_journeys_run_leaves_its_directory_and_never_a_header_value() {
-    let d = dir("openai");
+    let (_tmp, d) = dir("openai");
     let seen = Arc::new(Seen::default());
     let rows = Arc::new(Mutex::new(Vec::new()));
     let r2 = rows.clone();
@@ -172,12 +177,11 @@ async fn a_journeys_run_leaves_its_directory_and_never_a_header_value() {
             ("chat_completion".to_owned(), 2)
         ]
     );
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_lets_operations_in_flight_finish_and_the_report_covers_what_ran() {
-    let d = dir("cancel");
+    let (_tmp, d) = dir("cancel");
     let seen = Arc::new(Seen::default());
     let options = JourneysOptions {
         run_dir: Some(d.clone()),
@@ -224,7 +228,6 @@ async fn cancel_lets_operations_in_flight_finish_and_the_report_covers_what_ran(
     );
     assert_eq!(stopped_by(&events(&d)), Some(StopBy::Cancelled));
     assert_eq!(*seen.ends.lock().unwrap(), [StopBy::Cancelled]);
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,7 +285,7 @@ async fn a_bad_spec_is_refused_naming_the_field_and_writes_nothing() {
         ),
     ];
     for (i, (s, want)) in cases.into_iter().enumerate() {
-        let d = dir(&format!("bad-{i}"));
+        let (_tmp, d) = dir(&format!("bad-{i}"));
         let options = JourneysOptions {
             run_dir: Some(d.clone()),
             ..JourneysOptions::default()

@@ -33,9 +33,11 @@ fn base() -> RunSpec {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_embedding_program_sweeps_concurrency_into_a_sweep_directory() {
-    let dir = std::env::temp_dir().join(format!("bench-run-sweep-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("bench-run-sweep-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     let plan = Sweep::new(
         Levels::parse(SweepAxis::Concurrency, "1,3").unwrap(),
         Search::Walk,
@@ -56,11 +58,11 @@ async fn an_embedding_program_sweeps_concurrency_into_a_sweep_directory() {
         },
         |s: &SweepSummary| {
             seen.push(s.points.len());
-            sweep::write_files(&dir, s).unwrap();
+            sweep::write_files(dir, s).unwrap();
         },
     )
     .await;
-    sweep::write_files(&dir, &summary).unwrap();
+    sweep::write_files(dir, &summary).unwrap();
     assert_eq!(seen, [1, 2]);
     assert_eq!(summary.stop, SweepStop::Completed);
     let names: Vec<&str> = summary.points.iter().map(|p| p.run_dir.as_str()).collect();
@@ -85,7 +87,6 @@ async fn an_embedding_program_sweeps_concurrency_into_a_sweep_directory() {
         serde_json::from_slice(&std::fs::read(dir.join(sweep::SWEEP_JSON)).unwrap()).unwrap();
     assert_eq!(back, summary);
     assert!(dir.join(sweep::SWEEP_MD).is_file() && dir.join(sweep::SWEEP_HTML).is_file());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

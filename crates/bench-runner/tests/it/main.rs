@@ -335,10 +335,9 @@ async fn cancel_stops_between_turns() {
 /// a trusted CA), every turn played is recorded as failed with the `tls` kind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_handshakes_are_recorded_and_tls_failures_are_per_turn() {
-    let dir = std::env::temp_dir().join(format!("bench-runner-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::tempdir().unwrap();
     let ca = bench_sim::SelfSignedCa::new().unwrap();
-    let ca_file = dir.join("ca.pem");
+    let ca_file = dir.path().join("ca.pem");
     std::fs::write(&ca_file, ca.cert_pem()).unwrap();
     let tls_client = |url: &str| {
         let mut c = ClientConfig::new(url);
@@ -397,7 +396,6 @@ async fn over_tls_handshakes_are_recorded_and_tls_failures_are_per_turn() {
         assert!(t.error.as_deref().unwrap().contains("expired"), "{t:?}");
     }
     expired.shutdown().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Every endpoint replays the same sessions against the simulator: every turn ok, the prefix

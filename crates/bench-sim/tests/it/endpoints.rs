@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{Client, eventually, instant, start};
+use super::{Client, eventually, instant, start, temp_jsonl};
 
 const CHAT: &str = "/v1/chat/completions";
 const COMPLETIONS: &str = "/v1/completions";
@@ -1209,8 +1209,8 @@ async fn model_mode_serves_and_aborts_the_new_endpoints() -> Result<()> {
 /// counts the stored turns.
 #[tokio::test]
 async fn request_log_covers_every_endpoint() -> Result<()> {
-    let path = std::env::temp_dir().join(format!("bench-sim-eplog-{}.jsonl", std::process::id()));
-    let _ = std::fs::remove_file(&path);
+    let log = temp_jsonl("eplog");
+    let path = log.path().to_path_buf();
     let sim = SimServer::start(SimConfig {
         request_log: Some(path.clone()),
         ..instant()
@@ -1256,6 +1256,5 @@ async fn request_log_covers_every_endpoint() -> Result<()> {
             (0, false, 0, "error"),
         ]
     );
-    let _ = std::fs::remove_file(&path);
     Ok(())
 }

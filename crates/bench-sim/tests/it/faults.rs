@@ -5,17 +5,18 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use bench_sim::{FaultKind, Faults, LatencyMode, SimConfig, SimServer};
 use serde_json::{Value, json};
+use tempfile::NamedTempFile;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::{chat, instant};
+use super::{chat, instant, temp_jsonl};
 
 const CHAT: &str = "/v1/chat/completions";
 const COMPLETIONS: &str = "/v1/completions";
@@ -24,16 +25,6 @@ const MESSAGES: &str = "/v1/messages";
 
 /// Generous: bounds a hang, never a speed.
 const PATIENCE: Duration = Duration::from_secs(5);
-
-/// A temporary JSON-lines file, removed first.
-fn temp(name: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!(
-        "bench-sim-faults-{name}-{}.jsonl",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&p);
-    p
-}
 
 fn lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
@@ -46,19 +37,19 @@ fn lines(path: &Path) -> Vec<Value> {
 /// An instant simulator injecting `spec` (e.g. `"429=1"`), with a request log and a fault log.
 struct Setup {
     sim: SimServer,
-    request_log: PathBuf,
-    fault_log: PathBuf,
+    request_log: NamedTempFile,
+    fault_log: NamedTempFile,
 }
 
 impl Setup {
     async fn new(name: &str, spec: &str, tweak: impl FnOnce(&mut SimConfig)) -> Result<Self> {
-        let request_log = temp(&format!("{name}-requests"));
-        let fault_log = temp(&format!("{name}-faults"));
+        let request_log = temp_jsonl(&format!("faults-{name}-requests"));
+        let fault_log = temp_jsonl(&format!("faults-{name}-faults"));
         let mut config = SimConfig {
-            request_log: Some(request_log.clone()),
+            request_log: Some(request_log.path().to_owned()),
             faults: Faults {
                 rates: Faults::parse(spec).map_err(anyhow::Error::msg)?,
-                log: Some(fault_log.clone()),
+                log: Some(fault_log.path().to_owned()),
                 ..Faults::default()
             },
             ..instant()
@@ -79,10 +70,7 @@ impl Setup {
     /// Shuts the simulator down and returns (request log, fault log).
     async fn finish(self) -> (Vec<Value>, Vec<Value>) {
         self.sim.shutdown().await;
-        let out = (lines(&self.request_log), lines(&self.fault_log));
-        let _ = std::fs::remove_file(&self.request_log);
-        let _ = std::fs::remove_file(&self.fault_log);
-        out
+        (lines(self.request_log.path()), lines(self.fault_log.path()))
     }
 }
 
@@ -683,14 +671,14 @@ async fn stall_sends_the_first_chunk_then_nothing_and_a_client_leaving_frees_it(
     // The client leaves: the request ends as aborted, its line written.
     drop(tcp);
     let deadline = Instant::now() + PATIENCE;
-    while lines(&s.request_log).is_empty() {
+    while lines(s.request_log.path()).is_empty() {
         ensure!(
             Instant::now() < deadline,
             "no request-log line after the client left"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let reqs = lines(&s.request_log);
+    let reqs = lines(s.request_log.path());
     assert_eq!(reqs[0]["fault"], "stall");
     assert_eq!(reqs[0]["finish"], "aborted");
     assert_eq!(reqs[0]["status"], 200);
@@ -701,7 +689,7 @@ async fn stall_sends_the_first_chunk_then_nothing_and_a_client_leaving_frees_it(
     assert!(r.bytes.is_empty(), "{:?}", r.head());
     drop(tcp);
     let deadline = Instant::now() + PATIENCE;
-    while lines(&s.request_log).len() < 2 {
+    while lines(s.request_log.path()).len() < 2 {
         ensure!(
             Instant::now() < deadline,
             "no line for the non-streamed stall"

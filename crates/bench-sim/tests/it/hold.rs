@@ -2,7 +2,7 @@
 //! `GET /sim/held` long-polls for them, `POST /sim/release` lets them go; a held client that
 //! leaves is logged as aborted; `GET /sim/config`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -13,19 +13,10 @@ use hyper::body::Incoming;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{Client, chat, eventually, instant, start};
+use super::{Client, chat, eventually, instant, start, temp_jsonl};
 
 /// Generous: these bound a hang, never a speed.
 const PATIENCE: Duration = Duration::from_secs(5);
-
-fn log_path(name: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!(
-        "bench-sim-hold-{name}-{}.jsonl",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&p);
-    p
-}
 
 fn log_lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
@@ -135,7 +126,8 @@ async fn held_now(c: &mut Client, query: &str) -> Result<(StatusCode, Value)> {
 
 #[tokio::test]
 async fn held_stream_has_headers_but_no_token_until_release() -> Result<()> {
-    let log = log_path("release");
+    let tmp = temp_jsonl("hold-release");
+    let log = tmp.path().to_path_buf();
     let (sim, mut ctl) = start(SimConfig {
         request_log: Some(log.clone()),
         decode_step_base_ms: 2.0,
@@ -199,13 +191,13 @@ async fn held_stream_has_headers_but_no_token_until_release() -> Result<()> {
     assert_eq!(lines[0]["session"], "s-1");
     assert!(lines[0]["held_ms"].as_f64().unwrap() > 0.0, "{}", lines[0]);
     assert!(lines[1].get("held_ms").is_none(), "{}", lines[1]);
-    let _ = std::fs::remove_file(&log);
     Ok(())
 }
 
 #[tokio::test]
 async fn a_client_that_leaves_a_held_stream_is_logged_aborted() -> Result<()> {
-    let log = log_path("abort");
+    let tmp = temp_jsonl("hold-abort");
+    let log = tmp.path().to_path_buf();
     let (sim, mut ctl) = start(SimConfig {
         request_log: Some(log.clone()),
         hold: true,
@@ -243,7 +235,6 @@ async fn a_client_that_leaves_a_held_stream_is_logged_aborted() -> Result<()> {
     assert_eq!(held["hold"], true, "hold mode stays on");
     assert_eq!(sim.stats().aborted_total, 1);
     sim.shutdown().await;
-    let _ = std::fs::remove_file(&log);
     Ok(())
 }
 
@@ -304,11 +295,12 @@ async fn hold_works_in_fixed_and_instant_modes() -> Result<()> {
         itl: Duration::from_millis(1),
     };
     for mode in [fixed, LatencyMode::Instant] {
-        let log = log_path(if mode == LatencyMode::Instant {
-            "instant"
+        let tmp = temp_jsonl(if mode == LatencyMode::Instant {
+            "hold-instant"
         } else {
-            "fixed"
+            "hold-fixed"
         });
+        let log = tmp.path().to_path_buf();
         let (sim, mut ctl) = start(SimConfig {
             mode,
             hold: true,
@@ -357,7 +349,6 @@ async fn hold_works_in_fixed_and_instant_modes() -> Result<()> {
                 && matches!(l["finish"].as_str(), Some("length")))
         );
         assert!(lines[2].get("held_ms").is_none(), "{mode}: {}", lines[2]);
-        let _ = std::fs::remove_file(&log);
     }
     Ok(())
 }

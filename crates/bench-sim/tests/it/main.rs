@@ -214,6 +214,16 @@ fn chat(content: &str, max_tokens: u32, stream: bool, ignore_eos: bool) -> Value
     })
 }
 
+/// A fresh, empty JSON-lines file (`bench-sim-{name}-….jsonl`) for a log the simulator writes,
+/// removed when the returned handle drops: at the end of the test, even a failed one.
+fn temp_jsonl(name: &str) -> tempfile::NamedTempFile {
+    tempfile::Builder::new()
+        .prefix(&format!("bench-sim-{name}-"))
+        .suffix(".jsonl")
+        .tempfile()
+        .expect("a temporary file")
+}
+
 fn instant() -> SimConfig {
     SimConfig {
         mode: LatencyMode::Instant,
@@ -613,8 +623,8 @@ async fn sglang_flavour() -> Result<()> {
 
 #[tokio::test]
 async fn request_log_lines() -> Result<()> {
-    let path = std::env::temp_dir().join(format!("bench-sim-log-{}.jsonl", std::process::id()));
-    let _ = std::fs::remove_file(&path);
+    let log = temp_jsonl("log");
+    let path = log.path().to_path_buf();
     let (sim, mut c) = start(SimConfig {
         request_log: Some(path.clone()),
         max_model_len: 100,
@@ -661,7 +671,6 @@ async fn request_log_lines() -> Result<()> {
         err.get("ttft_ms").is_none(),
         "a rejected request made no token: {err}"
     );
-    let _ = std::fs::remove_file(&path);
     Ok(())
 }
 
@@ -670,8 +679,8 @@ async fn request_log_lines() -> Result<()> {
 /// its send and receive path); the gap between the two is what the client and the loopback add.
 #[tokio::test]
 async fn request_log_ttft_is_the_servers_time_to_first_token() -> Result<()> {
-    let path = std::env::temp_dir().join(format!("bench-sim-ttft-{}.jsonl", std::process::id()));
-    let _ = std::fs::remove_file(&path);
+    let log = temp_jsonl("ttft");
+    let path = log.path().to_path_buf();
     let (sim, mut c) = start(SimConfig {
         request_log: Some(path.clone()),
         mode: LatencyMode::Fixed {
@@ -701,7 +710,6 @@ async fn request_log_ttft_is_the_servers_time_to_first_token() -> Result<()> {
         assert!(*s >= 40.0, "server ttft {s} ms under the configured 40 ms");
         assert!(s <= c, "server ttft {s} ms over the client's {c} ms");
     }
-    let _ = std::fs::remove_file(&path);
     Ok(())
 }
 

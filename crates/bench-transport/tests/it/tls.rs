@@ -10,37 +10,37 @@ use bench_transport::{
     ChatMessage, ChatRequest, Client, ClientConfig, ErrorKind, RequestOptions, Role, TlsOptions,
 };
 
+/// A CA and the files made from it, in a temporary directory removed when the `Pki` drops.
 struct Pki {
-    dir: PathBuf,
+    dir: tempfile::TempDir,
     ca: SelfSignedCa,
 }
 
 impl Pki {
     fn new(tag: &str) -> Pki {
-        let dir = std::env::temp_dir().join(format!("bench-tls-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("bench-tls-{tag}-"))
+            .tempdir()
+            .unwrap();
         let ca = SelfSignedCa::new().unwrap();
-        std::fs::write(dir.join("ca.pem"), ca.cert_pem()).unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.cert_pem()).unwrap();
         Pki { dir, ca }
     }
 
     fn ca_file(&self) -> PathBuf {
-        self.dir.join("ca.pem")
+        self.dir.path().join("ca.pem")
     }
 
     /// A client certificate and key written to files.
     fn client_files(&self) -> (PathBuf, PathBuf) {
         let (cert, key) = self.ca.client("bench-client").unwrap();
-        let (c, k) = (self.dir.join("client.pem"), self.dir.join("client.key"));
+        let (c, k) = (
+            self.dir.path().join("client.pem"),
+            self.dir.path().join("client.key"),
+        );
         std::fs::write(&c, cert).unwrap();
         std::fs::write(&k, key).unwrap();
         (c, k)
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bench_workload::format::SessionRecord;
 use bench_workload::import::{
@@ -66,35 +65,25 @@ fn common_checks(sessions: &[SessionRecord], stats: &ImportStats) {
     }
 }
 
-/// A directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
+/// A temporary directory (`tempfile`), removed on drop.
+struct Tmp(tempfile::TempDir);
 
-impl TempDir {
+impl Tmp {
     fn new(tag: &str) -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "bench-import-{tag}-{}-{nanos}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
+        Tmp(tempfile::Builder::new()
+            .prefix(&format!("bench-import-{tag}-"))
+            .tempdir()
+            .unwrap())
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
     }
 
     fn write(&self, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
-        let p = self.0.join(name);
+        let p = self.path().join(name);
         std::fs::write(&p, bytes).unwrap();
         p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -229,7 +218,7 @@ fn lmcache_line(ts: i64, input: &str, output: &str, sid: &str) -> String {
 
 #[test]
 fn lmcache_extension_restart_and_interleaving() {
-    let tmp = TempDir::new("lmcache");
+    let tmp = Tmp::new("lmcache");
     let lines = [
         lmcache_line(1_000_000, "sys: hi", " hello", "a"),
         lmcache_line(1_500_000, "other", "x", "b"),
@@ -333,7 +322,7 @@ fn mooncake_sample() {
 
 #[test]
 fn mooncake_partial_and_overlong_requests() {
-    let tmp = TempDir::new("mooncake");
+    let tmp = Tmp::new("mooncake");
     let p = tmp.write(
         "m.jsonl",
         "{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 3, \"hash_ids\": [7, 8]}\n\
@@ -468,7 +457,7 @@ fn sharegpt_sample() {
 
 #[test]
 fn sharegpt_roles_system_trailing_and_unanswered() {
-    let tmp = TempDir::new("sharegpt");
+    let tmp = Tmp::new("sharegpt");
     let p = tmp.write(
         "c.jsonl",
         r#"{"id": "a", "conversations": [{"from": "system", "value": "be nice"}, {"from": "human", "value": "hi"}, {"from": "Tool", "value": "t"}, {"from": "chatgpt", "value": "hello"}, {"from": "human", "value": "unanswered"}]}
@@ -518,7 +507,7 @@ fn sharegpt_directory_and_duplicate_ids() {
 
 #[test]
 fn sharegpt_bad_field_names_path() {
-    let tmp = TempDir::new("sharegpt-bad");
+    let tmp = Tmp::new("sharegpt-bad");
     let p = tmp.write(
         "c.json",
         r#"[{"id": "a", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": 3}]}]"#,
@@ -590,7 +579,7 @@ fn openai_messages_sample() {
 
 #[test]
 fn openai_messages_forms_parts_and_tool_calls() {
-    let tmp = TempDir::new("openai");
+    let tmp = Tmp::new("openai");
     let many = tmp.write(
         "many.json",
         r#"[[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
@@ -667,7 +656,7 @@ fn swe_agent_sample() {
 
 #[test]
 fn swe_agent_other_agents_and_model() {
-    let tmp = TempDir::new("swe");
+    let tmp = Tmp::new("swe");
     let p = tmp.write(
         "x.traj",
         r#"{"replay_config": "{\"agent\": {\"model\": {\"name\": \"gpt-4o\"}}}",
@@ -691,7 +680,7 @@ fn swe_agent_other_agents_and_model() {
 
 #[test]
 fn empty_input_is_an_error() {
-    let tmp = TempDir::new("empty");
+    let tmp = Tmp::new("empty");
     for (format, name) in [
         (ImportFormat::Lmcache, "e.jsonl"),
         (ImportFormat::Mooncake, "e.jsonl"),
@@ -704,7 +693,7 @@ fn empty_input_is_an_error() {
         assert!(e.to_string().contains("no sessions"), "{format}: {e}");
     }
     // A directory without matching files.
-    let sub = tmp.0.join("sub");
+    let sub = tmp.path().join("sub");
     std::fs::create_dir_all(&sub).unwrap();
     let e = run_err(ImportFormat::SweAgent, &[sub], &ImportOptions::default());
     assert!(e.to_string().contains("no swe-agent files"), "{e}");
@@ -716,7 +705,7 @@ fn mooncake_line(ts: &str) -> String {
 
 #[test]
 fn malformed_lines_name_file_line_and_field() {
-    let tmp = TempDir::new("malformed");
+    let tmp = Tmp::new("malformed");
     let good = mooncake_line("1");
     let p = tmp.write("m.jsonl", format!("{good}\n{{\"timestamp\": 2,\n{good}\n"));
     let e = run_err(
@@ -758,7 +747,7 @@ fn malformed_lines_name_file_line_and_field() {
 
 #[test]
 fn invalid_utf8_names_the_line() {
-    let tmp = TempDir::new("utf8");
+    let tmp = Tmp::new("utf8");
     let mut bytes = format!("{}\n", mooncake_line("1")).into_bytes();
     bytes.extend_from_slice(b"{\"timestamp\": 2, \"x\": \"\xff\"}\n");
     let p = tmp.write("u.jsonl", &bytes);
@@ -775,7 +764,7 @@ fn invalid_utf8_names_the_line() {
 
 #[test]
 fn skip_invalid_counts_and_continues() {
-    let tmp = TempDir::new("skip");
+    let tmp = Tmp::new("skip");
     let mut bytes = Vec::new();
     bytes.extend_from_slice(format!("{}\n", mooncake_line("1")).as_bytes());
     bytes.extend_from_slice(b"not json\n");
@@ -830,7 +819,7 @@ fn sink_errors_stop_the_import() {
 
 #[test]
 fn zstd_inputs_are_read_transparently() {
-    let tmp = TempDir::new("zst");
+    let tmp = Tmp::new("zst");
     let src = traces().join("lmcache-agent-trace/miniswe/189f0222310bd8eee310f204e91b9c84.jsonl");
     let plain = std::fs::read(&src).unwrap();
     let zst = tmp.write("trace.jsonl.zst", zstd::encode_all(&plain[..], 3).unwrap());
@@ -840,8 +829,8 @@ fn zstd_inputs_are_read_transparently() {
     // Found in a directory too, and whole-file formats decompress as well.
     let traj = std::fs::read(traces().join("swe-agent/swe-agent__test-repo-i1.traj")).unwrap();
     tmp.write("t.traj.zst", zstd::encode_all(&traj[..], 3).unwrap());
-    let (s, _) = run_ok(ImportFormat::SweAgent, std::slice::from_ref(&tmp.0));
+    let (s, _) = run_ok(ImportFormat::SweAgent, &[tmp.path().to_path_buf()]);
     assert_eq!(s[0].session_id, "t");
-    let (s, _) = run_ok(ImportFormat::Lmcache, std::slice::from_ref(&tmp.0));
+    let (s, _) = run_ok(ImportFormat::Lmcache, &[tmp.path().to_path_buf()]);
     assert_eq!(s.len(), 1);
 }

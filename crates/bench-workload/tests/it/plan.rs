@@ -2,7 +2,7 @@
 //! independent tokenizer computation.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use bench_workload::PlanError;
@@ -37,12 +37,13 @@ fn ref_count(s: &str) -> u64 {
     reference_tokenizer().encode(s, false).unwrap().len() as u64
 }
 
-/// A fresh temporary directory.
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-workload-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh temporary directory, removed with what the test wrote in it when dropped (at the
+/// end of the test, even a failed one).
+fn tempdir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("bench-workload-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn write_lines(path: &Path, lines: &[String]) {
@@ -76,7 +77,8 @@ fn path_cfg(p: &Path) -> PlanConfig {
 
 #[test]
 fn counts_match_an_independent_tokenizer_computation() {
-    let d = tempdir("counts");
+    let tmp = tempdir("counts");
+    let d = tmp.path();
     let sessions = [
         session(
             "a",
@@ -95,7 +97,7 @@ fn counts_match_an_independent_tokenizer_computation() {
         &d.join("trace.jsonl"),
         &sessions.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
     );
-    let p = plan(path_cfg(&d)).unwrap();
+    let p = plan(path_cfg(d)).unwrap();
     let s = &p.summary;
     assert_eq!(s.sessions, 3);
     assert_eq!(s.turns, 6);
@@ -182,12 +184,13 @@ fn synthetic_workload_has_exact_shape() {
 
 #[test]
 fn pool_defaults_to_twice_the_concurrency_and_shuffle_is_seeded() {
-    let d = tempdir("pool");
+    let tmp = tempdir("pool");
+    let d = tmp.path();
     let lines: Vec<String> = (0..40)
         .map(|i| session(&format!("s{i}"), &[("hi", "yo")]).to_string())
         .collect();
     write_lines(&d.join("t.jsonl"), &lines);
-    let mut cfg = path_cfg(&d);
+    let mut cfg = path_cfg(d);
     cfg.concurrency = 8;
     let a = plan(cfg.clone()).unwrap();
     assert_eq!(a.summary.sessions, 16);
@@ -214,7 +217,8 @@ fn pool_defaults_to_twice_the_concurrency_and_shuffle_is_seeded() {
 
 #[test]
 fn turn_filters_cut_but_never_pad() {
-    let d = tempdir("turns");
+    let tmp = tempdir("turns");
+    let d = tmp.path();
     write_lines(
         &d.join("t.jsonl"),
         &[
@@ -223,7 +227,7 @@ fn turn_filters_cut_but_never_pad() {
             json!({"session_id": "empty", "turns": []}).to_string(),
         ],
     );
-    let mut cfg = path_cfg(&d);
+    let mut cfg = path_cfg(d);
     cfg.min_turns = Some(2);
     cfg.max_turns = Some(2);
     let p = plan(cfg).unwrap();
@@ -231,7 +235,7 @@ fn turn_filters_cut_but_never_pad() {
     assert_eq!(p.sessions[0].turns.len(), 2, "cut to --max-turns");
     assert_eq!(p.summary.excluded_min_turns, 1);
     assert_eq!(p.summary.excluded_empty, 1);
-    let mut cfg = path_cfg(&d);
+    let mut cfg = path_cfg(d);
     cfg.max_turns = Some(10);
     let p = plan(cfg).unwrap();
     let mut lens: Vec<usize> = p.sessions.iter().map(|s| s.turns.len()).collect();
@@ -241,13 +245,14 @@ fn turn_filters_cut_but_never_pad() {
 
 #[test]
 fn context_band_counts_the_system_prompt_and_can_exclude_everything() {
-    let d = tempdir("band");
+    let tmp = tempdir("band");
+    let d = tmp.path();
     write_lines(
         &d.join("t.jsonl"),
         &[session("a", &[("hello there", "hi")]).to_string()],
     );
-    let base = plan(path_cfg(&d)).unwrap().sessions[0].peak_context;
-    let mut cfg = path_cfg(&d);
+    let base = plan(path_cfg(d)).unwrap().sessions[0].peak_context;
+    let mut cfg = path_cfg(d);
     cfg.system_prompt_tokens = Some(500);
     let with_sp = plan(cfg.clone()).unwrap();
     assert_eq!(with_sp.summary.system_prompt_tokens, 500);
@@ -291,12 +296,13 @@ fn shared_messages_are_not_copied() {
 
 #[test]
 fn output_policies() {
-    let d = tempdir("output");
+    let tmp = tempdir("output");
+    let d = tmp.path();
     write_lines(
         &d.join("t.jsonl"),
         &[session("a", &[("a", "b"), ("c", "d"), ("e", "f")]).to_string()],
     );
-    let mut cfg = path_cfg(&d);
+    let mut cfg = path_cfg(d);
     cfg.output = Some("fixed:9".parse().unwrap());
     let p = plan(cfg.clone()).unwrap();
     assert!(p.sessions[0].turns.iter().all(|t| t.max_output_tokens == 9));
@@ -416,7 +422,8 @@ fn knobs_are_validated_naming_the_flag() {
 
 #[test]
 fn bad_input_names_file_line_and_field() {
-    let d = tempdir("bad");
+    let tmp = tempdir("bad");
+    let d = tmp.path();
     let f = d.join("t.jsonl");
     let good = session("a", &[("x", "y")]).to_string();
     let cases: Vec<(Vec<u8>, &str)> = vec![
@@ -473,15 +480,17 @@ fn bad_input_names_file_line_and_field() {
         e.contains("missing.jsonl") && e.contains("cannot read"),
         "{e}"
     );
-    let empty = tempdir("empty-dir");
+    let empty_tmp = tempdir("empty-dir");
+    let empty = empty_tmp.path();
     std::fs::write(empty.join("notes.txt"), "hi").unwrap();
-    let e = plan(path_cfg(&empty)).unwrap_err().to_string();
+    let e = plan(path_cfg(empty)).unwrap_err().to_string();
     assert!(e.contains("no .jsonl"), "{e}");
 }
 
 #[test]
 fn directories_zstd_json_files_and_manifest_defaults() {
-    let d = tempdir("dir");
+    let tmp = tempdir("dir");
+    let d = tmp.path();
     let lines: Vec<String> = (0..5)
         .map(|i| session(&format!("z{i}"), &[("a", "b"), ("c", "d"), ("e", "f")]).to_string())
         .collect();
@@ -497,7 +506,7 @@ fn directories_zstd_json_files_and_manifest_defaults() {
         json!({"max_turns": 2, "output_policy": "fixed:5"}).to_string(),
     )
     .unwrap();
-    let p = plan(path_cfg(&d)).unwrap();
+    let p = plan(path_cfg(d)).unwrap();
     assert_eq!(p.summary.sessions, 6);
     assert!(
         p.sessions.iter().all(|s| s.turns.len() <= 2),
@@ -509,18 +518,19 @@ fn directories_zstd_json_files_and_manifest_defaults() {
             .all(|s| s.turns.iter().all(|t| t.max_output_tokens == 5))
     );
     // Flags win over the manifest.
-    let mut cfg = path_cfg(&d);
+    let mut cfg = path_cfg(d);
     cfg.max_turns = Some(3);
     assert_eq!(plan(cfg).unwrap().summary.turns, 5 * 3 + 2);
     // A bad manifest is named.
     std::fs::write(d.join("manifest.json"), json!({"max_turn": 2}).to_string()).unwrap();
-    let e = plan(path_cfg(&d)).unwrap_err().to_string();
+    let e = plan(path_cfg(d)).unwrap_err().to_string();
     assert!(e.contains("manifest.json") && e.contains("max_turn"), "{e}");
 }
 
 #[test]
 fn an_agentic_bench_manifest_gives_its_band_and_system_prompt() {
-    let d = tempdir("abench-manifest");
+    let tmp = tempdir("abench-manifest");
+    let d = tmp.path();
     let small = session("small", &[("a", "b")]).to_string();
     let big = session("big", &[(&"word ".repeat(3000), "b")]).to_string();
     std::fs::write(d.join("data.jsonl"), format!("{small}\n{big}\n")).unwrap();
@@ -530,17 +540,17 @@ fn an_agentic_bench_manifest_gives_its_band_and_system_prompt() {
         std::fs::write(d.join("manifest.json"), m.to_string()).unwrap();
     };
     manifest(json!(null));
-    let p = plan(path_cfg(&d)).unwrap();
+    let p = plan(path_cfg(d)).unwrap();
     assert_eq!(
         (p.summary.sessions, p.summary.system_prompt_tokens),
         (2, 32)
     );
     // The band is the context defaults: only the big session's peak is within it.
     manifest(json!([1000, 100_000]));
-    let p = plan(path_cfg(&d)).unwrap();
+    let p = plan(path_cfg(d)).unwrap();
     assert_eq!(p.summary.sessions, 1);
     // Flags win over it.
-    let mut cfg = path_cfg(&d);
+    let mut cfg = path_cfg(d);
     cfg.min_context = Some(1);
     assert_eq!(plan(cfg).unwrap().summary.sessions, 2);
 }
@@ -626,14 +636,15 @@ fn embedded_tokenizer_matches_hugging_face_golden_encodings() {
 
 #[test]
 fn a_text_sent_under_two_roles_and_as_a_system_prompt() {
-    let d = tempdir("roles");
+    let tmp = tempdir("roles");
+    let d = tmp.path();
     let same = "the very same text";
     let s1 = json!({"session_id": "a", "system_prompt": same, "turns": [
         {"index": 0, "input_delta": [{"role": "user", "content": same}], "assistant_text": same}]});
     let s2 = json!({"session_id": "b", "system_prompt": same, "turns": [
         {"index": 0, "input_delta": [{"role": "user", "content": "hi"}], "assistant_text": same}]});
     write_lines(&d.join("t.jsonl"), &[s1.to_string(), s2.to_string()]);
-    let p = plan(path_cfg(&d)).unwrap();
+    let p = plan(path_cfg(d)).unwrap();
     for s in &p.sessions {
         assert_eq!(s.system.as_ref().unwrap().content(), same);
         assert_eq!(s.turns[0].assistant.content(), same);
@@ -774,7 +785,8 @@ fn summary_text_is_the_bench_plan_report() {
 /// its `tool_call_id`, and the session's `tools`).
 #[test]
 fn tool_messages_are_coerced_or_sent_as_recorded() {
-    let d = tempdir("tools");
+    let tmp = tempdir("tools");
+    let d = tmp.path();
     let calls = json!([{"id": "call_1", "type": "function",
         "function": {"name": "read_file", "arguments": "{\"path\":\"a.rs\"}"}}]);
     let tools = json!([{"type": "function", "function": {"name": "read_file",
@@ -791,7 +803,7 @@ fn tool_messages_are_coerced_or_sent_as_recorded() {
     });
     write_lines(&d.join("trace.jsonl"), &[s.to_string()]);
 
-    let coerced = plan(path_cfg(&d)).unwrap();
+    let coerced = plan(path_cfg(d)).unwrap();
     let t = &coerced.sessions[0].turns;
     assert_eq!(
         t[0].assistant.json(),
@@ -804,7 +816,7 @@ fn tool_messages_are_coerced_or_sent_as_recorded() {
     assert_eq!(coerced.sessions[0].tools, None);
     assert_eq!(coerced.summary.coerced_roles, 1);
 
-    let mut cfg = path_cfg(&d);
+    let mut cfg = path_cfg(d);
     cfg.tool_messages = bench_workload::plan::ToolMessages::Faithful;
     let faithful = plan(cfg).unwrap();
     let t = &faithful.sessions[0].turns;
@@ -822,7 +834,6 @@ fn tool_messages_are_coerced_or_sent_as_recorded() {
     assert_eq!(faithful.summary.coerced_roles, 0);
     // The texts (and so the token counts) are the same either way.
     assert_eq!(faithful.summary.input_tokens, coerced.summary.input_tokens);
-    std::fs::remove_dir_all(d).unwrap();
 }
 
 /// Synthetic text is not tokenized: its counts are known by construction, the embedded
@@ -869,7 +880,8 @@ fn synthetic_counts_are_known_by_construction_and_exact() {
 /// so synthetic text is counted with it (and the plan says so) and the counts stay exact.
 #[test]
 fn synthetic_text_is_counted_when_the_words_are_not_single_tokens() {
-    let dir = tempdir("char-tokenizer");
+    let tmp = tempdir("char-tokenizer");
+    let dir = tmp.path();
     let file = dir.join("tokenizer.json");
     let vocab: serde_json::Map<String, serde_json::Value> = std::iter::once("[UNK]".to_owned())
         .chain((b' '..=b'~').map(|c| (c as char).to_string()))
@@ -911,7 +923,6 @@ fn synthetic_text_is_counted_when_the_words_are_not_single_tokens() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -940,7 +951,7 @@ fn a_system_prompt_does_not_load_the_embedded_tokenizer_and_its_count_is_exact()
 }
 
 /// 60 sessions of 1 to 7 turns of differing lengths: weights that do not split evenly.
-fn uneven_trace(name: &str) -> PathBuf {
+fn uneven_trace(name: &str) -> tempfile::TempDir {
     let d = tempdir(name);
     let lines: Vec<String> = (0..60)
         .map(|k| {
@@ -954,18 +965,19 @@ fn uneven_trace(name: &str) -> PathBuf {
             session(&format!("s{k}"), &refs).to_string()
         })
         .collect();
-    write_lines(&d.join("trace.jsonl"), &lines);
+    write_lines(&d.path().join("trace.jsonl"), &lines);
     d
 }
 
 #[test]
 fn shards_partition_the_plan_exactly_balanced_and_alike_on_every_host() {
     use bench_workload::shard::{Shard, assignment, keep_shard, plan_digest, planned_tokens};
-    let d = uneven_trace("shards");
-    let whole = plan(path_cfg(&d)).unwrap();
+    let tmp = uneven_trace("shards");
+    let d = tmp.path();
+    let whole = plan(path_cfg(d)).unwrap();
     // A second host plans the same flags on its own (a fresh tokenizer, nothing shared).
     let again = build_plan_with(
-        path_cfg(&d),
+        path_cfg(d),
         &TokenCounter::load(&TokenizerSpec::Qwen3).unwrap(),
     )
     .unwrap();
