@@ -1,16 +1,16 @@
 //! `bench sweep`: one run per load level into a sweep directory, stopping early at
 //! saturation, or (`--find-max`) a search for the highest level meeting a goodput target. The
-//! levels, the search, the points and the sweep directory's files are `bench_run::sweep`;
-//! this is clap, the table, signals and exit codes.
+//! levels, the search, the points, the stopper and the sweep directory's files are
+//! `bench_run::sweep`, its text `bench_report::sweep`;
+//! this is clap, progress, signals and exit codes.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use bench_report::sweep::{SweepAxis, SweepPoint, SweepStop, SweepSummary, fmt_level};
-use bench_run::sweep::{self, Levels, PointEnd, Search, Sweep};
-use bench_run::{CancelledBy, Canceller, Notice, RunError, RunOptions, RunSpec};
+use bench_report::sweep::{SweepAxis, SweepStop, SweepSummary, fmt_level};
+use bench_run::sweep::{self, Levels, PointEnd, Search, Stopper, Sweep};
+use bench_run::{CancelledBy, Notice, RunError, RunOptions, RunSpec};
 use clap::{ArgMatches, Args, Command, FromArgMatches};
 
 use crate::progress::{Mode, Progress};
@@ -125,40 +125,6 @@ fn adapt(cmd: Command) -> Command {
     .mut_arg("print_spec", |a| a.hide(true))
 }
 
-/// What stops a sweep: the first signal stops it after the current point's turns in flight
-/// finish (within --grace), a second one cuts them.
-#[derive(Default)]
-struct Stopper {
-    stopping: AtomicBool,
-    aborting: AtomicBool,
-    current: Mutex<Option<Canceller>>,
-}
-
-impl Stopper {
-    fn current(&self) -> std::sync::MutexGuard<'_, Option<Canceller>> {
-        self.current.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The point now playing can be stopped through `c` (at once, if the sweep is stopping).
-    fn set(&self, c: Canceller) {
-        if self.stopping.load(Ordering::SeqCst) {
-            c.cancel(CancelledBy::Signal);
-        }
-        if self.aborting.load(Ordering::SeqCst) {
-            c.abort();
-        }
-        *self.current() = Some(c);
-    }
-
-    fn clear(&self) {
-        *self.current() = None;
-    }
-
-    fn stopping(&self) -> bool {
-        self.stopping.load(Ordering::SeqCst)
-    }
-}
-
 /// SIGINT and SIGTERM, as `bench run` takes them, for the point that is playing.
 fn spawn_signals(stop: Arc<Stopper>, grace: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -169,18 +135,12 @@ fn spawn_signals(stop: Arc<Stopper>, grace: Duration) -> tokio::task::JoinHandle
              flight get {} s to finish (signal again to cut them now)",
             grace.as_secs_f64()
         );
-        stop.stopping.store(true, Ordering::SeqCst);
-        if let Some(c) = &*stop.current() {
-            c.cancel(CancelledBy::Signal);
-        }
+        stop.stop(CancelledBy::Signal);
         tokio::select! {
             () = term.next() => eprintln!("bench sweep: second signal: cutting turns in flight"),
             () = tokio::time::sleep(grace) => eprintln!("bench sweep: grace period over: cutting turns in flight"),
         }
-        stop.aborting.store(true, Ordering::SeqCst);
-        if let Some(c) = &*stop.current() {
-            c.abort();
-        }
+        stop.abort();
     })
 }
 
@@ -263,44 +223,6 @@ impl Points {
         }
         end
     }
-}
-
-/// The table's header.
-fn header() -> String {
-    format!(
-        "{:>9}  {:>12}  {:>14}  {:>11}  {:>11}  {:>7}  verdict\n",
-        "level", "output tok/s", "per-user tok/s", "TTFT p50 ms", "TTFT p99 ms", "goodput"
-    )
-}
-
-/// One point's line.
-fn row(p: &SweepPoint) -> String {
-    let mut line = format!(
-        "{:>9}  {:>12}  {:>14}  {:>11}  {:>11}  {:>7}  {}",
-        fmt_level(p.level),
-        sweep::fmt_opt(p.output_tps, 1),
-        sweep::fmt_opt(p.per_user_tps, 1),
-        sweep::fmt_opt(p.ttft_p50_ms, 1),
-        sweep::fmt_opt(p.ttft_p99_ms, 1),
-        p.goodput
-            .map_or_else(|| "—".to_owned(), |g| format!("{:.1}%", g * 100.0)),
-        p.verdict.as_str(),
-    );
-    if !p.failed_checks.is_empty() {
-        line.push_str(&format!(" ({})", p.failed_checks.join(", ")));
-    }
-    if p.turns_failed > 0 {
-        line.push_str(&format!(
-            "  {} of {} turns failed",
-            p.turns_failed,
-            p.turns_ok + p.turns_failed
-        ));
-    }
-    if p.client_bound {
-        line.push_str("  CLIENT-BOUND: the client, not the server, set the pace");
-    }
-    line.push('\n');
-    line
 }
 
 fn usage<T>(m: impl Into<String>) -> Result<T, CliError> {
@@ -473,10 +395,10 @@ pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError>
             if !json && printed.is_ok() {
                 let mut text = String::new();
                 if s.points.len() == 1 {
-                    text.push_str(&header());
+                    text.push_str(&bench_report::sweep::table_header());
                 }
                 if let Some(p) = s.points.last() {
-                    text.push_str(&row(p));
+                    text.push_str(&bench_report::sweep::table_row(p));
                 }
                 printed = out(&text);
             }

@@ -159,3 +159,121 @@ pub fn fmt_level(level: f64) -> String {
         format!("{level}")
     }
 }
+
+/// `x` with `decimals`, or `—` when not measured.
+pub fn fmt_opt(x: Option<f64>, decimals: usize) -> String {
+    x.map_or_else(|| "—".to_owned(), |v| format!("{v:.decimals$}"))
+}
+
+/// How the sweep ended, in words: `completed: every level was run` (a search: `completed:
+/// the search is over after N points`), `stopped early: <reason>`, `failed: <reason>`,
+/// `interrupted`.
+pub fn stop_text(summary: &SweepSummary) -> String {
+    match &summary.stop {
+        SweepStop::Completed if summary.find_max.is_some() => format!(
+            "completed: the search is over after {} points",
+            summary.points.len()
+        ),
+        SweepStop::Completed => "completed: every level was run".into(),
+        SweepStop::Saturated { reason } => format!("stopped early: {reason}"),
+        SweepStop::Failed { reason } => format!("failed: {reason}"),
+        SweepStop::Interrupted => "interrupted".into(),
+        SweepStop::Running => "not finished (still running, or its process died)".into(),
+    }
+}
+
+/// The `--find-max` result in words: `highest load meeting goodput ≥ 90%: 12 (13 did not)`.
+pub fn find_max_text(f: &FindMax) -> String {
+    let target = format!(
+        "goodput ≥ {}%",
+        fmt_level((f.target * 100.0 * 1e6).round() / 1e6)
+    );
+    match (f.best, f.first_failing) {
+        (Some(b), Some(x)) => format!(
+            "highest load meeting {target}: {} ({} did not)",
+            fmt_level(b),
+            fmt_level(x)
+        ),
+        (Some(b), None) => format!(
+            "highest load meeting {target}: {} (the highest level given; raise it to look further)",
+            fmt_level(b)
+        ),
+        (None, Some(x)) => format!(
+            "no load met {target}: not even the lowest level given, {}",
+            fmt_level(x)
+        ),
+        (None, None) => format!("no load met {target}: no level was measured"),
+    }
+}
+
+/// The summary as a markdown table (`sweep.md`): one row per point, then how the sweep ended.
+pub fn markdown(s: &SweepSummary) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!("# Sweep of {}\n\n", s.axis.as_str());
+    out.push_str(
+        "| level | run | output tok/s | per-user tok/s | TTFT p50 ms | TTFT p99 ms | goodput | turns ok / failed | verdict | client-bound | checks not passed |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|---|---|---|\n",
+    );
+    for p in &s.points {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
+            fmt_level(p.level),
+            p.run_dir,
+            fmt_opt(p.output_tps, 1),
+            fmt_opt(p.per_user_tps, 1),
+            fmt_opt(p.ttft_p50_ms, 1),
+            fmt_opt(p.ttft_p99_ms, 1),
+            p.goodput
+                .map_or_else(|| "—".to_owned(), |g| format!("{:.1}%", g * 100.0)),
+            p.turns_ok,
+            p.turns_failed,
+            p.verdict.as_str(),
+            if p.client_bound { "yes" } else { "" },
+            p.failed_checks.join(", "),
+        );
+    }
+    let _ = writeln!(out, "\n{}", stop_text(s));
+    if let Some(f) = &s.find_max {
+        let _ = writeln!(out, "\n{}", find_max_text(f));
+    }
+    out
+}
+
+/// The header of the table `bench sweep` prints, a row per point as it ends.
+pub fn table_header() -> String {
+    format!(
+        "{:>9}  {:>12}  {:>14}  {:>11}  {:>11}  {:>7}  verdict\n",
+        "level", "output tok/s", "per-user tok/s", "TTFT p50 ms", "TTFT p99 ms", "goodput"
+    )
+}
+
+/// One point's line of the table ([`table_header`]).
+pub fn table_row(p: &SweepPoint) -> String {
+    let mut line = format!(
+        "{:>9}  {:>12}  {:>14}  {:>11}  {:>11}  {:>7}  {}",
+        fmt_level(p.level),
+        fmt_opt(p.output_tps, 1),
+        fmt_opt(p.per_user_tps, 1),
+        fmt_opt(p.ttft_p50_ms, 1),
+        fmt_opt(p.ttft_p99_ms, 1),
+        p.goodput
+            .map_or_else(|| "—".to_owned(), |g| format!("{:.1}%", g * 100.0)),
+        p.verdict.as_str(),
+    );
+    if !p.failed_checks.is_empty() {
+        line.push_str(&format!(" ({})", p.failed_checks.join(", ")));
+    }
+    if p.turns_failed > 0 {
+        line.push_str(&format!(
+            "  {} of {} turns failed",
+            p.turns_failed,
+            p.turns_ok + p.turns_failed
+        ));
+    }
+    if p.client_bound {
+        line.push_str("  CLIENT-BOUND: the client, not the server, set the pace");
+    }
+    line.push('\n');
+    line
+}

@@ -45,15 +45,18 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use bench_report::sweep::{
     FindMax, SweepAxis, SweepPoint, SweepStop, SweepSummary, fmt_level, saturation,
 };
+pub use bench_report::sweep::{find_max_text, fmt_opt, markdown, stop_text};
 use bench_report::{CheckStatus, Metrics, RunResult, Verdict};
 use bench_rundir::StopBy;
 
 use crate::spec::{Load, RunSpec};
-use crate::{RunError, RunOptions, RunReport};
+use crate::{CancelledBy, Canceller, RunError, RunOptions, RunReport};
 
 /// The summary's file in a sweep directory.
 pub const SWEEP_JSON: &str = "sweep.json";
@@ -706,6 +709,58 @@ where
     summary
 }
 
+/// What stops a sweep from outside (signals, an API): [`Stopper::stop`] lets the point now
+/// playing finish its turns in flight and starts no other; [`Stopper::abort`] cuts them.
+#[derive(Default)]
+pub struct Stopper {
+    stopping: AtomicBool,
+    aborting: AtomicBool,
+    current: Mutex<Option<Canceller>>,
+}
+
+impl Stopper {
+    fn current(&self) -> std::sync::MutexGuard<'_, Option<Canceller>> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The point now playing can be stopped through `c` (at once, if the sweep is stopping).
+    pub fn set(&self, c: Canceller) {
+        if self.stopping.load(Ordering::SeqCst) {
+            c.cancel(CancelledBy::Signal);
+        }
+        if self.aborting.load(Ordering::SeqCst) {
+            c.abort();
+        }
+        *self.current() = Some(c);
+    }
+
+    /// No point is playing.
+    pub fn clear(&self) {
+        *self.current() = None;
+    }
+
+    /// [`Stopper::stop`] was called: start no further point.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Starts no further point; the current one stops as a cancelled run does (`by`).
+    pub fn stop(&self, by: CancelledBy) {
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Some(c) = &*self.current() {
+            c.cancel(by);
+        }
+    }
+
+    /// Cuts the current point's turns in flight, and any later point's at once.
+    pub fn abort(&self) {
+        self.aborting.store(true, Ordering::SeqCst);
+        if let Some(c) = &*self.current() {
+            c.abort();
+        }
+    }
+}
+
 /// `sweeps/<UTC time>-<pid>` (as a run's default directory is `runs/<UTC time>-<pid>`).
 pub fn default_sweep_dir() -> PathBuf {
     let now = time::OffsetDateTime::now_utc();
@@ -752,83 +807,6 @@ pub fn write_files_with(
     let path = dir.join(SWEEP_HTML);
     let html = bench_report::html::sweep_html(summary);
     std::fs::write(&path, secrets.scrub(&html).as_bytes()).map_err(|e| fail(&path, e))
-}
-
-/// `x` with `decimals`, or `—` when not measured.
-pub fn fmt_opt(x: Option<f64>, decimals: usize) -> String {
-    x.map_or_else(|| "—".to_owned(), |v| format!("{v:.decimals$}"))
-}
-
-/// How the sweep ended, in words: `completed: every level was run` (a search: `completed:
-/// the search is over after N points`), `stopped early: <reason>`, `failed: <reason>`,
-/// `interrupted`.
-pub fn stop_text(summary: &SweepSummary) -> String {
-    match &summary.stop {
-        SweepStop::Completed if summary.find_max.is_some() => format!(
-            "completed: the search is over after {} points",
-            summary.points.len()
-        ),
-        SweepStop::Completed => "completed: every level was run".into(),
-        SweepStop::Saturated { reason } => format!("stopped early: {reason}"),
-        SweepStop::Failed { reason } => format!("failed: {reason}"),
-        SweepStop::Interrupted => "interrupted".into(),
-        SweepStop::Running => "not finished (still running, or its process died)".into(),
-    }
-}
-
-/// The `--find-max` result in words: `highest load meeting goodput ≥ 90%: 12 (13 did not)`.
-pub fn find_max_text(f: &FindMax) -> String {
-    let target = format!("goodput ≥ {}%", fmt_level(round_level(f.target * 100.0)));
-    match (f.best, f.first_failing) {
-        (Some(b), Some(x)) => format!(
-            "highest load meeting {target}: {} ({} did not)",
-            fmt_level(b),
-            fmt_level(x)
-        ),
-        (Some(b), None) => format!(
-            "highest load meeting {target}: {} (the highest level given; raise it to look further)",
-            fmt_level(b)
-        ),
-        (None, Some(x)) => format!(
-            "no load met {target}: not even the lowest level given, {}",
-            fmt_level(x)
-        ),
-        (None, None) => format!("no load met {target}: no level was measured"),
-    }
-}
-
-/// The summary as a markdown table (`sweep.md`): one row per point, then how the sweep ended.
-pub fn markdown(s: &SweepSummary) -> String {
-    use std::fmt::Write as _;
-    let mut out = format!("# Sweep of {}\n\n", s.axis.as_str());
-    out.push_str(
-        "| level | run | output tok/s | per-user tok/s | TTFT p50 ms | TTFT p99 ms | goodput | turns ok / failed | verdict | client-bound | checks not passed |\n\
-         |---:|---|---:|---:|---:|---:|---:|---:|---|---|---|\n",
-    );
-    for p in &s.points {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
-            fmt_level(p.level),
-            p.run_dir,
-            fmt_opt(p.output_tps, 1),
-            fmt_opt(p.per_user_tps, 1),
-            fmt_opt(p.ttft_p50_ms, 1),
-            fmt_opt(p.ttft_p99_ms, 1),
-            p.goodput
-                .map_or_else(|| "—".to_owned(), |g| format!("{:.1}%", g * 100.0)),
-            p.turns_ok,
-            p.turns_failed,
-            p.verdict.as_str(),
-            if p.client_bound { "yes" } else { "" },
-            p.failed_checks.join(", "),
-        );
-    }
-    let _ = writeln!(out, "\n{}", stop_text(s));
-    if let Some(f) = &s.find_max {
-        let _ = writeln!(out, "\n{}", find_max_text(f));
-    }
-    out
 }
 
 #[cfg(test)]
