@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use bench_report::RunResult;
 use bench_report::grade::GraderSummary;
+use bench_run::events::{EventStream, Received};
 use bench_run::hooks::{Grader, Hooks};
 use bench_run::journeys::{JourneysOptions, JourneysSpec};
 use bench_run::{Notice, RunOptions, RunSpec, Snapshot};
@@ -21,7 +22,6 @@ use bench_rundir::{
 };
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::broadcast;
 
 use crate::ApiError;
 use crate::live::Live;
@@ -299,8 +299,8 @@ impl RunEntry {
     fn running(
         &self,
         cancel: CancelFn,
-        (history, rx): (Vec<EventLine>, broadcast::Receiver<EventLine>),
-    ) -> broadcast::Receiver<EventLine> {
+        (history, rx): (Vec<EventLine>, EventStream),
+    ) -> EventStream {
         for e in &history {
             push_lifecycle(&self.log, e);
         }
@@ -1208,7 +1208,7 @@ async fn started<H>(
 /// events. Returns the run's outcome.
 async fn follow<T>(
     log: &EventLog,
-    mut rx: broadcast::Receiver<EventLine>,
+    mut rx: EventStream,
     wait: impl std::future::Future<Output = T>,
     tick: impl Fn(),
 ) -> T {
@@ -1221,15 +1221,15 @@ async fn follow<T>(
         tokio::select! {
             r = &mut wait => break r,
             ev = rx.recv(), if open => match ev {
-                Ok(e) => push_lifecycle(log, &e),
-                Err(broadcast::error::RecvError::Lagged(n)) => {
+                Received::Event(e) => push_lifecycle(log, &e),
+                Received::Missed(n) => {
                     log.push("notice", &serde_json::json!({
                         "utc": bench_report::export::utc_now(),
                         "level": "warning",
                         "message": format!("{n} lifecycle events were missed (they are in events.jsonl)"),
                     }));
                 }
-                Err(broadcast::error::RecvError::Closed) => open = false,
+                Received::Ended => open = false,
             },
             _ = every.tick() => tick(),
         }
@@ -1237,9 +1237,9 @@ async fn follow<T>(
     // The run has ended: what it emitted last (its stop) is in the channel already.
     loop {
         match rx.try_recv() {
-            Ok(e) => push_lifecycle(log, &e),
-            Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
-            Err(_) => break,
+            Some(Received::Event(e)) => push_lifecycle(log, &e),
+            Some(Received::Missed(_)) => continue,
+            Some(Received::Ended) | None => break,
         }
     }
     tick();

@@ -71,16 +71,55 @@ impl Events {
     }
 
     /// A new subscriber (it sees events emitted from now on).
-    pub fn subscribe(&self) -> broadcast::Receiver<EventLine> {
-        self.tx.subscribe()
+    pub fn subscribe(&self) -> EventStream {
+        EventStream(self.tx.subscribe())
     }
 
     /// The events this process emitted so far and a subscriber to the rest: no event is
     /// missing between the two or in both.
-    pub fn subscribe_with_history(&self) -> (Vec<EventLine>, broadcast::Receiver<EventLine>) {
+    pub fn subscribe_with_history(&self) -> (Vec<EventLine>, EventStream) {
         match self.file.lock() {
-            Ok(g) => (g.1.clone(), self.tx.subscribe()),
-            Err(_) => (Vec::new(), self.tx.subscribe()),
+            Ok(g) => (g.1.clone(), EventStream(self.tx.subscribe())),
+            Err(_) => (Vec::new(), EventStream(self.tx.subscribe())),
+        }
+    }
+}
+
+/// A subscription to a run's lifecycle events, as they are emitted. (A tokio broadcast
+/// receiver inside, kept private: public signatures carry no tokio types.)
+#[derive(Debug)]
+pub struct EventStream(broadcast::Receiver<EventLine>);
+
+/// What [`EventStream::recv`] got.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // moved once per event, never stored
+pub enum Received {
+    /// The next event.
+    Event(EventLine),
+    /// This many events were missed: the subscriber fell [`EVENT_BUFFER`] behind
+    /// (`events.jsonl` has them all).
+    Missed(u64),
+    /// The run will emit no more.
+    Ended,
+}
+
+impl EventStream {
+    /// The next event, waiting for it.
+    pub async fn recv(&mut self) -> Received {
+        match self.0.recv().await {
+            Ok(e) => Received::Event(e),
+            Err(broadcast::error::RecvError::Lagged(n)) => Received::Missed(n),
+            Err(broadcast::error::RecvError::Closed) => Received::Ended,
+        }
+    }
+
+    /// The next event if one is waiting (`None`: none yet).
+    pub fn try_recv(&mut self) -> Option<Received> {
+        match self.0.try_recv() {
+            Ok(e) => Some(Received::Event(e)),
+            Err(broadcast::error::TryRecvError::Lagged(n)) => Some(Received::Missed(n)),
+            Err(broadcast::error::TryRecvError::Closed) => Some(Received::Ended),
+            Err(broadcast::error::TryRecvError::Empty) => None,
         }
     }
 }
@@ -167,6 +206,14 @@ impl Observer for RunDirWriter {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    /// The next event waiting in `rx`.
+    fn next(rx: &mut EventStream) -> LifecycleEvent {
+        match rx.try_recv() {
+            Some(Received::Event(e)) => e.event,
+            other => panic!("no event waiting: {other:?}"),
+        }
+    }
+
     use super::*;
     use bench_rundir::{Phase, SessionRecord, SessionStatus, StopBy};
 
@@ -220,13 +267,13 @@ mod tests {
             ]
         );
         // A subscriber gets the same typed events; a late one gets them as history.
-        assert_eq!(rx.try_recv().unwrap().event, *kinds[0]);
-        assert_eq!(rx.try_recv().unwrap().event, *kinds[1]);
+        assert_eq!(next(&mut rx), *kinds[0]);
+        assert_eq!(next(&mut rx), *kinds[1]);
         let (history, mut late) = events.subscribe_with_history();
         assert_eq!(history, ev.records);
-        assert!(late.try_recv().is_err(), "nothing twice");
+        assert!(late.try_recv().is_none(), "nothing twice");
         events.emit(LifecycleEvent::Other);
-        assert_eq!(late.try_recv().unwrap().event, LifecycleEvent::Other);
+        assert_eq!(next(&mut late), LifecycleEvent::Other);
     }
 
     #[test]
@@ -261,7 +308,7 @@ mod tests {
             assert!(!text.contains("SECRET") && text.contains("***"), "{text}");
         }
         assert_eq!(
-            rx.try_recv().unwrap().event,
+            next(&mut rx),
             LifecycleEvent::ScrapeDisabled {
                 reason: "GET /metrics: ***".into()
             }

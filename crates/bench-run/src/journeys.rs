@@ -41,7 +41,6 @@ use bench_rundir::{EventLine, LifecycleEvent, Opened, RunKind, StopBy, files};
 use bench_sim::SimServer;
 use bench_transport::{Client, ClientConfig};
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
 
 use crate::hooks::{Hooks, Operation, RunEnd, RunStart};
 use crate::spec::EmbeddedSim;
@@ -413,13 +412,13 @@ impl JourneysHandle {
     }
 
     /// The lifecycle events from now on.
-    pub fn events(&self) -> broadcast::Receiver<EventLine> {
+    pub fn events(&self) -> crate::EventStream {
         self.events.subscribe()
     }
 
     /// Every event so far (`run.started` first) and a receiver of the ones after: nothing
     /// missing between the two, nothing in both (as [`crate::RunHandle::events_with_history`]).
-    pub fn events_with_history(&self) -> (Vec<EventLine>, broadcast::Receiver<EventLine>) {
+    pub fn events_with_history(&self) -> (Vec<EventLine>, crate::EventStream) {
         self.events.subscribe_with_history()
     }
 

@@ -56,9 +56,8 @@ use bench_transport::{Client, ClientConfig};
 pub const INSECURE_WARNING: &str = "--insecure: the server's TLS certificate is not verified (the connection is encrypted but not authenticated)";
 use bench_workload::plan::{Plan, ProgressFn};
 use serde::Serialize;
-use tokio::sync::broadcast;
 
-pub use events::{Events, RunDirWriter};
+pub use events::{EventStream, Events, Received, RunDirWriter};
 pub use graders::GradersSpec;
 pub use progress::{ProgressCounters, Snapshot};
 pub use spec::{
@@ -220,13 +219,13 @@ impl RunHandle {
     /// The lifecycle events from now on (the same typed events `events.jsonl` holds; the
     /// file has the earlier ones). A receiver that falls [`events::EVENT_BUFFER`] behind is
     /// told it lagged.
-    pub fn events(&self) -> broadcast::Receiver<EventLine> {
+    pub fn events(&self) -> crate::EventStream {
         self.events.subscribe()
     }
 
     /// Every event of this run's process so far (`run.started` or `run.resumed` first), and a
     /// receiver of the ones after: nothing missing between the two, nothing in both.
-    pub fn events_with_history(&self) -> (Vec<EventLine>, broadcast::Receiver<EventLine>) {
+    pub fn events_with_history(&self) -> (Vec<EventLine>, crate::EventStream) {
         self.events.subscribe_with_history()
     }
 

@@ -90,7 +90,7 @@ async fn cancel_lets_turns_in_flight_finish_and_marks_the_run_cancelled() {
     assert!(report.gate().is_ok());
     // The subscriber saw the same typed stop as the file holds.
     let mut seen = Vec::new();
-    while let Ok(e) = events.try_recv() {
+    while let Some(bench_run::Received::Event(e)) = events.try_recv() {
         seen.push(e.event);
     }
     let stop = LifecycleEvent::Stopped {

@@ -246,7 +246,7 @@ async fn without_a_run_directory_nothing_is_written_and_events_are_still_sent() 
     assert!(done.passed(), "{:?}", done.problems);
     assert_eq!(done.dir, None);
     let mut all: Vec<LifecycleEvent> = history.into_iter().map(|e| e.event).collect();
-    while let Ok(e) = rx.try_recv() {
+    while let Some(bench_run::Received::Event(e)) = rx.try_recv() {
         all.push(e.event);
     }
     assert!(
