@@ -438,17 +438,23 @@ impl Validity {
         self.verdict = verdict_of(&self.checks);
     }
 
-    /// The verdict and its reason in one line: `valid: all 8 checks passed (…)`, or the
-    /// first failed check's (else the first warning's) name and explanation.
-    pub fn headline(&self) -> String {
-        let mut not_passed: Vec<&Check> = self
+    /// The checks that warned or failed, failures first (the first says why the run is not
+    /// valid).
+    fn not_passed(&self) -> Vec<&Check> {
+        let mut v: Vec<&Check> = self
             .checks
             .iter()
             .filter(|c| matches!(c.status, CheckStatus::Warn | CheckStatus::Fail))
             .collect();
-        not_passed.sort_by_key(|c| c.status != CheckStatus::Fail);
+        v.sort_by_key(|c| c.status != CheckStatus::Fail);
+        v
+    }
+
+    /// The verdict and its reason in one line: `valid: all 8 checks passed (…)`, or the
+    /// first failed check's (else the first warning's) name and explanation.
+    pub fn headline(&self) -> String {
         let mut out = String::from(self.verdict.as_str());
-        match not_passed.first() {
+        match self.not_passed().first() {
             None => {
                 let skipped = self
                     .checks
@@ -469,16 +475,9 @@ impl Validity {
     /// else the first warning's), then each check that did not pass with its value and
     /// thresholds (for the console).
     pub fn console(&self) -> String {
-        let mut not_passed: Vec<&Check> = self
-            .checks
-            .iter()
-            .filter(|c| matches!(c.status, CheckStatus::Warn | CheckStatus::Fail))
-            .collect();
-        // Failures first: the first line says why the run is not valid.
-        not_passed.sort_by_key(|c| c.status != CheckStatus::Fail);
         let mut out = self.headline();
         out.push('\n');
-        for c in &not_passed {
+        for c in self.not_passed() {
             let status = if c.status == CheckStatus::Fail {
                 "fail"
             } else {
