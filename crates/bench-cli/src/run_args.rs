@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bench_run::spec::Sampling;
+use bench_run::sweep::SweepPlan;
 use bench_run::{
     BackendChoice, EmbeddedSim, Exports, Judge, Limits, Load, RequestShape, RunSpec, Scraping,
     Target,
@@ -614,10 +615,27 @@ impl RunCmd {
     /// flags given on the command line, which override the file): checked, paths made
     /// absolute (a resume may start elsewhere), header values left out.
     pub fn to_spec_given(&self, given: &[String]) -> Result<RunSpec, CliError> {
+        match self.to_spec_and_sweep(given)? {
+            (spec, None) => Ok(spec),
+            (_, Some(_)) => Err(CliError::Usage(format!(
+                "--spec {}: a sweep spec (it has a sweep table): play it with bench sweep --spec",
+                self.spec
+                    .as_deref()
+                    .unwrap_or_else(|| "".as_ref())
+                    .display()
+            ))),
+        }
+    }
+
+    /// [`RunCmd::to_spec_given`], and the `sweep` table of `--spec`'s file if it has one.
+    pub fn to_spec_and_sweep(
+        &self,
+        given: &[String],
+    ) -> Result<(RunSpec, Option<SweepPlan>), CliError> {
         let Some(path) = &self.spec else {
-            return self.to_spec();
+            return Ok((self.to_spec()?, None));
         };
-        let file = bench_run::specfile::read_run_spec(path).map_err(run_error)?;
+        let (file, sweep) = bench_run::specfile::read_run_or_sweep(path).map_err(run_error)?;
         let is = |ids: &[&str]| ids.iter().any(|id| given.iter().any(|g| g == id));
         // The flags that choose a target or a load take the file's, so that the flags given
         // beside it land in the same shape.
@@ -653,7 +671,7 @@ impl RunCmd {
             .collect();
         let spec = bench_run::specfile::overlay(&file, &flags, &pointers).map_err(run_error)?;
         spec.validate().map_err(run_error)?;
-        Ok(spec)
+        Ok((spec, sweep))
     }
 
     /// The run these flags describe: checked, paths made absolute (a resume may start

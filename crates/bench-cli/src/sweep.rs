@@ -5,17 +5,19 @@
 //! this is clap, progress, signals and exit codes.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bench_report::sweep::{SweepAxis, SweepStop, SweepSummary, fmt_level};
-use bench_run::sweep::{self, Levels, PointEnd, Search, Stopper, Sweep};
-use bench_run::{CancelledBy, Notice, RunError, RunOptions, RunSpec};
+use bench_run::sweep::{
+    self, FindMaxPlan, Levels, Search, Stopper, SweepObserver, SweepOptions, SweepPlan, SweepSpec,
+};
+use bench_run::{CancelledBy, Notice, RunHandle, RunOptions, RunReport};
 use clap::{ArgMatches, Args, Command, FromArgMatches};
 
 use crate::progress::{Mode, Progress};
 use crate::run::{Signals, run_error};
-use crate::run_args::{ArrivalArg, RunCmd};
+use crate::run_args::RunCmd;
 use crate::workload::plan_progress;
 use crate::{CliError, out};
 
@@ -122,7 +124,13 @@ fn adapt(cmd: Command) -> Command {
     .mut_arg("resume", |a| a.hide(true))
     .mut_arg("rate", |a| a.hide(true))
     .mut_arg("csv", |a| a.hide(true))
-    .mut_arg("print_spec", |a| a.hide(true))
+    .mut_arg("print_spec", |a| {
+        a.help(
+            "Print the sweep spec (the run spec with a [sweep] table) the flags make, as TOML \
+             (with --json: the body of bench serve's POST /api/runs), and exit",
+        )
+        .long_help(None)
+    })
 }
 
 /// SIGINT and SIGTERM, as `bench run` takes them, for the point that is playing.
@@ -144,84 +152,48 @@ fn spawn_signals(stop: Arc<Stopper>, grace: Duration) -> tokio::task::JoinHandle
     })
 }
 
-/// What every point's run needs from the command line.
-struct Points {
-    base: RunSpec,
-    axis: SweepAxis,
-    dir: PathBuf,
-    headers: Vec<(String, String)>,
-    secret_headers: Vec<String>,
+/// The progress display of each point, and the table printed as the points end.
+struct Shown {
     interval: Duration,
     mode: Mode,
-    stop: Arc<Stopper>,
-    /// Points whose run failed its --max-error-rate or --require-valid judgement.
-    judged: Mutex<Vec<String>>,
-    /// The first point could not start for bad input (exit 2, as `bench run`).
-    invalid: Mutex<Option<String>>,
+    json: bool,
+    /// The bar of the point playing: notices go above it (an eprintln would tear it).
+    bar: Arc<Mutex<Option<indicatif::ProgressBar>>>,
+    progress: Mutex<Option<Progress>>,
+    printed: Mutex<Result<(), CliError>>,
 }
 
-impl Points {
-    /// Plays one point, with the progress display and signals of `bench run`.
-    async fn play(&self, level: f64, name: String) -> PointEnd {
-        if self.stop.stopping() {
-            return PointEnd::Interrupted(None);
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SweepObserver for Shown {
+    fn point_started(&self, _: &str, _: f64, run: &RunHandle) {
+        let p = Progress::start(run.progress_counters(), self.interval, self.mode);
+        *lock(&self.bar) = p.bar().cloned();
+        *lock(&self.progress) = Some(p);
+    }
+
+    fn point_ended(&self, _: &str, _: f64, _: Option<&RunReport>) {
+        *lock(&self.bar) = None;
+        if let Some(p) = lock(&self.progress).take() {
+            p.finish();
         }
-        let spec = sweep::spec_at(&self.base, self.axis, level);
-        // Notices go above the progress bar once there is one (an eprintln would tear it).
-        let bar: Arc<OnceLock<indicatif::ProgressBar>> = Arc::default();
-        let slot = bar.clone();
-        let notices: Arc<dyn Fn(Notice) + Send + Sync> = Arc::new(move |n| {
-            let line = match n {
-                Notice::Info(m) => m,
-                Notice::Warning(m) => format!("warning: {m}"),
-            };
-            match slot.get() {
-                Some(b) => b.println(line),
-                None => eprintln!("{line}"),
-            }
-        });
-        let options = RunOptions {
-            run_dir: Some(self.dir.join(&name)),
-            headers: self.headers.clone(),
-            secret_headers: self.secret_headers.clone(),
-            plan_progress: Some(plan_progress()),
-            notices: Some(notices),
-            ..RunOptions::default()
-        };
-        let handle = match bench_run::start(spec, options).await {
-            Ok(h) => h,
-            Err(e) => {
-                if let RunError::Invalid(m) = &e {
-                    let mut first = self.invalid.lock().unwrap_or_else(PoisonError::into_inner);
-                    first.get_or_insert_with(|| m.clone());
-                }
-                return PointEnd::from_report(level, &name, Err(&e)).0;
-            }
-        };
-        self.stop.set(handle.canceller());
-        let progress = Progress::start(handle.progress_counters(), self.interval, self.mode);
-        if let Some(b) = progress.bar() {
-            let _ = bar.set(b.clone());
+    }
+
+    fn summary(&self, s: &SweepSummary) {
+        let mut printed = lock(&self.printed);
+        if self.json || printed.is_err() {
+            return;
         }
-        let report = handle.wait().await;
-        progress.finish();
-        self.stop.clear();
-        let (end, notes) = PointEnd::from_report(level, &name, report.as_ref());
-        for n in notes {
-            eprintln!("note: {n}");
+        let mut text = String::new();
+        if s.points.len() == 1 {
+            text.push_str(&bench_report::sweep::table_header());
         }
-        if let Ok(r) = &report {
-            for w in &r.warnings {
-                eprintln!("warning: {name}: {w}");
-            }
-            if let (PointEnd::Done(_), Err(why)) = (&end, r.gate()) {
-                self.judged
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(format!("{name}: {why}"));
-            }
+        if let Some(p) = s.points.last() {
+            text.push_str(&bench_report::sweep::table_row(p));
         }
-        end
+        *printed = out(&text);
     }
 }
 
@@ -229,12 +201,8 @@ fn usage<T>(m: impl Into<String>) -> Result<T, CliError> {
     Err(CliError::Usage(m.into()))
 }
 
-/// Runs `bench sweep`.
-pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError> {
-    let SweepCmd {
-        sweep: f,
-        run: mut r,
-    } = args;
+/// The flags that do not apply to a sweep, refused naming what does.
+fn refuse_run_only(r: &RunCmd) -> Result<(), CliError> {
     if r.resume.is_some() {
         return usage(
             "--resume does not apply to a sweep: each point is a new run in the sweep directory \
@@ -247,9 +215,6 @@ pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError>
              (DIR/c0008, DIR/r0001.00, ...)",
         );
     }
-    if r.print_spec {
-        return usage("--print-spec prints a run's spec: give it to bench run");
-    }
     if r.rate.is_some() {
         return usage("--rate is a single rate: a sweep takes --rates LIST (e.g. 0.5,1,2)");
     }
@@ -259,115 +224,138 @@ pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError>
              (turns.jsonl)",
         );
     }
+    Ok(())
+}
+
+/// The sweep table the flags give (`None`: no level list), their conflicts refused.
+fn plan_of_flags(f: &SweepFlags, r: &RunCmd) -> Result<Option<SweepPlan>, CliError> {
     let (axis, list) = match (&f.concurrency, &f.rates) {
         (Some(c), None) => (SweepAxis::Concurrency, c),
         (None, Some(rates)) => (SweepAxis::Rate, rates),
-        (None, None) => {
-            return usage(
-                "bench sweep needs --concurrency LIST (e.g. 1,2,4,8) or --rates LIST (e.g. \
-                 0.5,1,2)",
-            );
-        }
+        (None, None) => return Ok(None),
         (Some(_), Some(_)) => return usage("give --concurrency LIST or --rates LIST, not both"),
     };
-    let levels = Levels::parse(axis, list).map_err(run_error)?;
-    match axis {
-        SweepAxis::Concurrency => {
-            if r.plan.concurrency.is_some() {
-                return usage(
-                    "--max-concurrency caps the sessions in flight of open-loop points \
-                     (--rates); with --concurrency LIST each point's concurrency is its level",
-                );
-            }
-            if r.arrival.is_some() {
-                return usage(
-                    "--arrival spaces open-loop session starts: it goes with --rates, not \
-                     --concurrency",
-                );
-            }
-        }
-        SweepAxis::Rate => {
-            if r.ramp_up.is_some() {
-                return usage(
-                    "--ramp-up starts closed-loop sessions gradually: it goes with --concurrency \
-                     LIST, not --rates",
-                );
-            }
-            if matches!(r.arrival, Some(ArrivalArg::Trace)) {
-                return usage(
-                    "--arrival trace starts sessions at their recorded times: there is no rate \
-                     to sweep",
-                );
-            }
-        }
+    if axis == SweepAxis::Concurrency && r.plan.concurrency.is_some() {
+        return usage(
+            "--max-concurrency caps the sessions in flight of open-loop points (--rates); with \
+             --concurrency LIST each point's concurrency is its level",
+        );
     }
-    let search = if f.find_max {
-        if r.slo.is_none() {
-            return usage(
-                "--find-max needs --slo (e.g. --slo ttft_ms=500): goodput is the share of turns \
-                 meeting it",
-            );
+    if axis == SweepAxis::Rate && r.ramp_up.is_some() {
+        return usage(
+            "--ramp-up starts closed-loop sessions gradually: it goes with --concurrency LIST, \
+             not --rates",
+        );
+    }
+    if axis == SweepAxis::Concurrency && r.arrival.is_some() {
+        return usage(
+            "--arrival spaces open-loop session starts: it goes with --rates, not --concurrency",
+        );
+    }
+    Ok(Some(SweepPlan {
+        axis,
+        levels: Levels::parse(axis, list)
+            .map_err(run_error)?
+            .values()
+            .to_vec(),
+        find_max: None,
+    }))
+}
+
+/// The sweep the flags (and `--spec`) describe.
+fn to_sweep_spec(f: &SweepFlags, r: &RunCmd, given: &[String]) -> Result<SweepSpec, CliError> {
+    refuse_run_only(r)?;
+    let file_plan = match &r.spec {
+        Some(p) => {
+            bench_run::specfile::read_run_or_sweep(p)
+                .map_err(run_error)?
+                .1
         }
-        Search::FindMax {
-            target: f.goodput_target.unwrap_or(sweep::DEFAULT_GOODPUT_TARGET),
-            step: f.step,
-        }
-    } else {
-        if f.goodput_target.is_some() || f.step.is_some() {
-            return usage("--goodput-target and --step go with --find-max");
-        }
-        Search::Walk
+        None => None,
     };
-    let plan = Sweep::new(levels, search).map_err(run_error)?;
-    // The spec every point shares, checked once as `bench run` checks it, at the first level.
-    let first = plan.levels().values()[0];
-    let mut given = given.to_vec();
-    match axis {
-        SweepAxis::Concurrency => r.plan.concurrency = Some(first as u32),
-        SweepAxis::Rate => r.rate = Some(first),
+    let Some(mut plan) = plan_of_flags(f, r)?.or(file_plan) else {
+        return usage(
+            "bench sweep needs --concurrency LIST (e.g. 1,2,4,8), --rates LIST (e.g. 0.5,1,2) \
+             or a --spec file with a sweep table",
+        );
+    };
+    if f.find_max {
+        plan.find_max = Some(FindMaxPlan {
+            goodput_target: f.goodput_target.unwrap_or(sweep::DEFAULT_GOODPUT_TARGET),
+            step: f.step,
+        });
+    } else if f.goodput_target.is_some() || f.step.is_some() {
+        return usage("--goodput-target and --step go with --find-max");
     }
-    given.push(match axis {
-        SweepAxis::Concurrency => "concurrency".into(),
-        SweepAxis::Rate => "rate".into(),
-    });
+    // The run every point shares, built at the first level (so that a rate sweep's arrival
+    // flags land in an open loop).
+    let mut r = r.clone();
+    let mut given = given.to_vec();
+    let first = plan.levels.first().copied().unwrap_or(1.0);
+    if f.concurrency.is_some() || f.rates.is_some() {
+        match plan.axis {
+            SweepAxis::Concurrency => r.plan.concurrency = Some(first as u32),
+            SweepAxis::Rate => r.rate = Some(first),
+        }
+        given.push(plan.axis.as_str().into());
+    }
+    let (run, _) = r.to_spec_and_sweep(&given)?;
+    let spec = SweepSpec { run, sweep: plan };
+    spec.validate().map_err(run_error)?;
+    Ok(spec)
+}
+
+/// Runs `bench sweep`.
+pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError> {
+    let SweepCmd { sweep: f, run: r } = args;
     let headers = crate::parse_headers(&r.headers)?;
     crate::secrets::init(
         &headers,
         &r.secret_headers,
         &bench_run::secrets::Secrets::default(),
     );
-    let base = r.to_spec_given(&given)?;
-
-    let dir = f.sweep_dir.clone().unwrap_or_else(sweep::default_sweep_dir);
-    if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
-        return usage(format!(
-            "--sweep-dir {}: not empty: a sweep needs a new (or empty) directory",
-            dir.display()
-        ));
+    let spec = to_sweep_spec(&f, &r, given)?;
+    if r.print_spec && r.json {
+        return out(&format!("{}\n", serde_json::json!(spec)));
     }
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
-    let config = serde_json::json!({
-        "levels": plan.levels().values(),
-        "header_names": headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
-        "spec": serde_json::to_value(&base).unwrap_or_default(),
-    });
-
+    if r.print_spec {
+        return out(&bench_run::specfile::to_toml(&spec).map_err(run_error)?);
+    }
+    let plan = spec.plan().map_err(run_error)?;
+    let dir = f.sweep_dir.clone().unwrap_or_else(sweep::default_sweep_dir);
     let stop = Arc::new(Stopper::default());
     let sig = spawn_signals(stop.clone(), r.grace);
-    let points = Points {
-        base,
-        axis,
-        dir: dir.clone(),
-        headers,
-        secret_headers: r.secret_headers.clone(),
+    let shown = Arc::new(Shown {
         interval: r.progress_interval,
         mode: r.progress_mode(),
+        json: r.json,
+        bar: Arc::default(),
+        progress: Mutex::default(),
+        printed: Mutex::new(Ok(())),
+    });
+    let slot = shown.bar.clone();
+    let notices: Arc<dyn Fn(Notice) + Send + Sync> = Arc::new(move |n| {
+        let line = match n {
+            Notice::Info(m) => m,
+            Notice::Warning(m) => format!("warning: {m}"),
+        };
+        match &*lock(&slot) {
+            Some(b) => b.println(line),
+            None => eprintln!("{line}"),
+        }
+    });
+    let options = SweepOptions {
+        dir: Some(dir.clone()),
+        run: RunOptions {
+            headers,
+            secret_headers: r.secret_headers.clone(),
+            plan_progress: Some(plan_progress()),
+            notices: Some(notices),
+            ..RunOptions::default()
+        },
         stop,
-        judged: Mutex::default(),
-        invalid: Mutex::default(),
+        observer: Some(shown.clone()),
     };
-    let json = r.json;
     eprintln!(
         "bench sweep: {} of {} → {}",
         match plan.search() {
@@ -382,40 +370,19 @@ pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError>
             .join(", "),
         dir.display()
     );
-    let mut write_error = None;
-    let mut printed = Ok(());
-    let summary = sweep::run(
-        &plan,
-        config,
-        |level, name| points.play(level, name),
-        |s: &SweepSummary| {
-            if let Err(e) = sweep::write_files_with(&dir, s, crate::secrets::get()) {
-                write_error.get_or_insert(e.to_string());
-            }
-            if !json && printed.is_ok() {
-                let mut text = String::new();
-                if s.points.len() == 1 {
-                    text.push_str(&bench_report::sweep::table_header());
-                }
-                if let Some(p) = s.points.last() {
-                    text.push_str(&bench_report::sweep::table_row(p));
-                }
-                printed = out(&text);
-            }
-        },
-    )
-    .await;
+    let outcome = sweep::play(spec, options).await;
     sig.abort();
-    if let Some(e) = write_error {
+    let outcome = outcome.map_err(run_error)?;
+    if let Some(e) = &outcome.write_warning {
         eprintln!("warning: {e}");
     }
-    sweep::write_files_with(&dir, &summary, crate::secrets::get()).map_err(run_error)?;
-    if json {
-        let text = serde_json::to_string_pretty(&summary)
+    let summary = &outcome.summary;
+    if r.json {
+        let text = serde_json::to_string_pretty(summary)
             .map_err(|e| CliError::Failed(format!("cannot encode the sweep summary: {e}")))?;
         out(&format!("{text}\n"))?;
     } else {
-        printed?;
+        std::mem::replace(&mut *lock(&shown.printed), Ok(()))?;
         let mut text = String::new();
         if let Some(fm) = &summary.find_max {
             if summary.stop != SweepStop::Completed {
@@ -425,46 +392,13 @@ pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError>
             text.push('\n');
         }
         if !matches!(summary.stop, SweepStop::Failed { .. }) {
-            text.push_str(&sweep::stop_text(&summary));
+            text.push_str(&sweep::stop_text(summary));
             text.push('\n');
         }
         text.push_str(&format!("sweep directory: {}\n", dir.display()));
         out(&text)?;
     }
-    match summary.stop {
-        SweepStop::Failed { reason } => {
-            let invalid = points
-                .invalid
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            match invalid {
-                // Bad input the spec could not tell (a dataset that does not load).
-                Some(m) if summary.points.is_empty() => Err(CliError::Usage(m)),
-                _ => Err(CliError::Failed(format!("a point failed: {reason}"))),
-            }
-        }
-        SweepStop::Interrupted | SweepStop::Running => Err(CliError::Failed(format!(
-            "the sweep was interrupted after {} point(s); {} has them",
-            summary.points.len(),
-            dir.join(sweep::SWEEP_JSON).display()
-        ))),
-        SweepStop::Completed | SweepStop::Saturated { .. } => {
-            let judged = points
-                .judged
-                .into_inner()
-                .unwrap_or_else(PoisonError::into_inner);
-            if judged.is_empty() {
-                Ok(())
-            } else {
-                Err(CliError::Failed(format!(
-                    "{} point(s) failed their judgement: {}",
-                    judged.len(),
-                    judged.join("; ")
-                )))
-            }
-        }
-    }
+    outcome.gate().map_err(run_error)
 }
 
 #[cfg(test)]

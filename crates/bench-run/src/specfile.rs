@@ -21,6 +21,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::sweep::{SweepPlan, SweepSpec};
 use crate::{RunError, RunSpec, Target};
 
 /// Reads the spec in `path`: JSON when the name ends in `.json`, TOML otherwise.
@@ -70,9 +71,38 @@ fn with_line(text: &str, e: &toml::de::Error) -> String {
 }
 
 /// The [`RunSpec`] in `path` ([`read`]), its relative paths (dataset, tokenizer, TLS files,
-/// exports) taken from the file's folder.
+/// exports) taken from the file's folder. A sweep spec (one with a `sweep` table) is refused,
+/// naming `bench sweep`.
 pub fn read_run_spec(path: &Path) -> Result<RunSpec, RunError> {
-    let mut spec: RunSpec = read(path)?;
+    match read_run_or_sweep(path)? {
+        (spec, None) => Ok(spec),
+        (_, Some(_)) => Err(RunError::Invalid(format!(
+            "{}: sweep: this is a sweep spec (it has a sweep table): play it with bench sweep \
+             --spec",
+            path.display()
+        ))),
+    }
+}
+
+/// The [`SweepSpec`] in `path`, relative paths as [`read_run_spec`] takes them; a file
+/// without a `sweep` table is refused.
+pub fn read_sweep_spec(path: &Path) -> Result<SweepSpec, RunError> {
+    match read_run_or_sweep(path)? {
+        (run, Some(sweep)) => Ok(SweepSpec { run, sweep }),
+        (_, None) => Err(RunError::Invalid(format!(
+            "{}: no sweep table: a sweep spec is a run spec with a [sweep] table (axis, \
+             levels; docs/spec.md)",
+            path.display()
+        ))),
+    }
+}
+
+/// The run spec in `path` and its `sweep` table if it has one (what `bench sweep --spec`
+/// takes: the levels may come from flags instead), relative paths from the file's folder.
+pub fn read_run_or_sweep(path: &Path) -> Result<(RunSpec, Option<SweepPlan>), RunError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| RunError::Invalid(format!("{}: cannot read the spec: {e}", path.display())))?;
+    let (mut spec, sweep) = parse_run_or_sweep(&path.display().to_string(), &text)?;
     let dir = std::path::absolute(path)
         .ok()
         .and_then(|p| p.parent().map(Path::to_owned))
@@ -102,7 +132,50 @@ pub fn read_run_spec(path: &Path) -> Result<RunSpec, RunError> {
     {
         fix(p);
     }
-    Ok(spec)
+    Ok((spec, sweep))
+}
+
+/// A spec document's `sweep` table, other keys ignored.
+#[derive(serde::Deserialize)]
+struct SweepTable {
+    sweep: Option<SweepPlan>,
+}
+
+/// Parses a run spec that may hold a `sweep` table ([`parse`]'s errors, lines and paths):
+/// the table is read on its own, and the run spec from the document without it (in TOML, its
+/// lines blanked, so that every line number stays the file's).
+pub fn parse_run_or_sweep(
+    file: &str,
+    text: &str,
+) -> Result<(RunSpec, Option<SweepPlan>), RunError> {
+    let SweepTable { sweep } = parse(file, text)?;
+    if sweep.is_none() {
+        return Ok((parse(file, text)?, None));
+    }
+    if file.ends_with(".json") {
+        let mut v: Value = parse(file, text)?;
+        if let Some(m) = v.as_object_mut() {
+            m.remove("sweep");
+        }
+        let rest = serde_json::to_string(&v).unwrap_or_default();
+        return Ok((parse(file, &rest)?, sweep));
+    }
+    // Blank the lines of `[sweep]` and `[sweep.*]` tables (up to the next other header).
+    let mut inside = false;
+    let rest: Vec<&str> = text
+        .lines()
+        .map(|line| {
+            let t = line.trim_start();
+            if t.starts_with('[') {
+                let name = t.trim_start_matches('[').trim_start();
+                inside = name.starts_with("sweep]")
+                    || name.starts_with("sweep.")
+                    || name.starts_with("sweep ");
+            }
+            if inside { "" } else { line }
+        })
+        .collect();
+    Ok((parse(file, &rest.join("\n"))?, sweep))
 }
 
 /// `spec` as TOML (what `--print-spec` writes).
@@ -246,5 +319,89 @@ mod tests {
             over(b, o, &["/judge/slo"]),
             json!({"judge": {"steady_frac": 0.5}})
         );
+    }
+
+    /// Every object path of `v`.
+    fn tables(v: &Value, at: String, out: &mut Vec<String>) {
+        if let Value::Object(m) = v {
+            out.push(at.clone());
+            for (k, x) in m {
+                tables(x, format!("{at}/{k}"), out);
+            }
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_in_any_table_of_a_spec_is_refused() {
+        // A spec with every table present: a URL target with TLS, an open load, a random
+        // dataset, graders and exports.
+        let text = r#"
+            [target.url]
+            base_url = "https://127.0.0.1:1"
+            [target.url.tls]
+            insecure = true
+            [plan.dataset.random]
+            turns = 3
+            [load.open]
+            max_in_flight = 4
+            [load.open.arrival]
+            rate = 1.0
+            process = "poisson"
+            seed = 1
+            [graders.slo]
+            ttft_ms = 100
+            [graders.output_length]
+            [exports]
+            tag = "t"
+        "#;
+        // And the other variants: the embedded simulator, a closed load, a trace dataset.
+        let other = r#"
+            [target.embedded.latency]
+            mode = "fixed"
+            ttft = "50ms"
+            itl = "10ms"
+            [plan.dataset.agentic]
+            [load.closed]
+            concurrency = 2
+            ramp_up = "1s"
+        "#;
+        let mut paths = Vec::new();
+        let mut specs = Vec::new();
+        for text in [text, other] {
+            let spec: RunSpec = parse("s.toml", text).unwrap();
+            let full = serde_json::to_value(&spec).unwrap();
+            let mut p = Vec::new();
+            tables(&full, String::new(), &mut p);
+            paths.extend(p.into_iter().map(|p| (specs.len(), p)));
+            specs.push(full);
+        }
+        assert!(paths.len() > 10, "{paths:?}");
+        // `extra_body` is the user's own JSON object, sent as it is.
+        for (i, path) in paths
+            .into_iter()
+            .filter(|(_, p)| p != "/request/extra_body")
+        {
+            let mut v = specs[i].clone();
+            let table = if path.is_empty() {
+                &mut v
+            } else {
+                v.pointer_mut(&path).unwrap()
+            };
+            table
+                .as_object_mut()
+                .unwrap()
+                .insert("zz_unknown".into(), Value::from(1));
+            let json = serde_json::to_string(&v).unwrap();
+            // The error names the key, or (in an enum's one-key table such as `load`) the
+            // table.
+            let named = path.trim_start_matches('/').replace('/', ".");
+            match parse::<RunSpec>("s.json", &json) {
+                Err(e) => assert!(
+                    e.to_string().contains("zz_unknown") || e.to_string().contains(&named),
+                    "{path}: {e}"
+                ),
+                Ok(_) => panic!("an unknown key in {path:?} was ignored"),
+            }
+        }
     }
 }

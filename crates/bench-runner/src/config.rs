@@ -52,7 +52,7 @@ pub enum ResponseMode {
 
 /// What happens to the tool waits a plan records between turns.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "mode")]
+#[serde(rename_all = "snake_case", tag = "mode", deny_unknown_fields)]
 pub enum ToolWaits {
     /// Wait: each planned wait times `scale`, capped at `cap`.
     Honour {
@@ -186,6 +186,7 @@ pub enum ArrivalProcess {
 
 /// Open loop: sessions start on a schedule of their own, whatever the server's speed.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Arrival {
     /// Session starts per second.
     pub rate: f64,

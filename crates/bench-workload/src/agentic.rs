@@ -81,7 +81,7 @@ impl std::fmt::Display for Weights {
 
 /// Knobs of `--dataset agentic` (`--agentic KEY=VALUE,...`); see the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AgenticSpec {
     /// Main-agent steps per session (`turns`).
     pub turns: u32,

@@ -39,7 +39,7 @@ pub enum DatasetSpec {
 
 /// Knobs of `--dataset random` (named as in agentic-bench).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SyntheticSpec {
     /// Turns per session (`--turns`).
     pub turns: u32,
@@ -196,7 +196,7 @@ impl std::str::FromStr for OutputPolicy {
 /// Serializable (a run's `run.json` records it); missing fields take [`PlanConfig::default`]'s
 /// values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct PlanConfig {
     /// Where sessions come from.
     pub dataset: DatasetSpec,

@@ -247,6 +247,43 @@ fn every_example_spec_runs() {
             );
             continue;
         }
+        if name.starts_with("sweep") {
+            // A sweep spec is refused by bench run, and played by bench sweep as written.
+            let out = run(&["run", "--spec", file.to_str().unwrap()]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{stderr}");
+            assert!(
+                stderr.contains("play it with bench sweep --spec"),
+                "{stderr}"
+            );
+            let out = run(&[
+                "sweep",
+                "--spec",
+                file.to_str().unwrap(),
+                "--sweep-dir",
+                dir.to_str().unwrap(),
+                "--num-sessions",
+                "2",
+                "--max-turns",
+                "2",
+                "--sim-instant",
+                "--duration",
+                "2s",
+                "-q",
+                "--json",
+            ]);
+            let sweep: Value = serde_json::from_str(&ok(&out)).unwrap();
+            let levels = std::fs::read_to_string(file).unwrap();
+            let n = sweep["points"].as_array().map_or(0, Vec::len);
+            assert!(n >= 2, "{name}: {sweep}");
+            assert!(levels.contains("levels = [1, 4"), "{name}");
+            assert_eq!(sweep["points"][1]["level"], 4.0, "{name}: {sweep}");
+            assert_eq!(
+                sweep["config"]["spec"]["limits"]["duration"], "2s",
+                "{sweep}"
+            );
+            continue;
+        }
         let mut args = vec![
             "run",
             "--spec",
@@ -313,4 +350,53 @@ fn every_example_spec_runs() {
     let sweep: Value = serde_json::from_str(&ok(&out)).unwrap();
     assert_eq!(sweep["points"].as_array().map(Vec::len), Some(2), "{sweep}");
     crate::stop_sim(sim);
+}
+
+/// `bench sweep --print-spec` writes a sweep spec that `bench sweep --spec` plays as the
+/// flags would: the same levels, search and shared run.
+#[test]
+fn a_printed_sweep_spec_is_the_sweep_of_its_flags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let flags = [
+        "--rates",
+        "0.5,1,2",
+        "--arrival",
+        "gamma",
+        "--burstiness",
+        "0.5",
+        "--max-concurrency",
+        "12",
+        "--find-max",
+        "--slo",
+        "ttft_ms=300",
+        "--goodput-target",
+        "0.8",
+    ];
+    let mut a = vec!["sweep", "--print-spec"];
+    a.extend(flags);
+    let text = ok(&run(&a));
+    assert!(
+        text.contains("[sweep]") && text.contains("axis = \"rate\""),
+        "{text}"
+    );
+    let file = tmp.path().join("s.toml");
+    std::fs::write(&file, &text).unwrap();
+    let again = ok(&run(&[
+        "sweep",
+        "--print-spec",
+        "--spec",
+        file.to_str().unwrap(),
+    ]));
+    assert_eq!(again, text);
+    // As JSON: what bench serve's POST /api/runs takes.
+    let mut a = vec!["sweep", "--print-spec", "--json"];
+    a.extend(flags);
+    let v: Value = serde_json::from_str(&ok(&run(&a))).unwrap();
+    assert_eq!(v["sweep"]["levels"], serde_json::json!([0.5, 1.0, 2.0]));
+    assert_eq!(v["sweep"]["find_max"]["goodput_target"], 0.8);
+    assert_eq!(v["load"]["open"]["max_in_flight"], 12);
+    assert_eq!(
+        v["load"]["open"]["arrival"]["process"]["gamma"]["burstiness"], 0.5,
+        "{v}"
+    );
 }

@@ -318,7 +318,8 @@ fn bad_sweeps_are_refused_in_one_line_before_any_run() {
     for (args, want) in [
         (
             vec![],
-            "bench sweep needs --concurrency LIST (e.g. 1,2,4,8) or --rates LIST",
+            "bench sweep needs --concurrency LIST (e.g. 1,2,4,8), --rates LIST (e.g. 0.5,1,2) \
+             or a --spec file with a sweep table",
         ),
         (
             vec!["-c", "1,2", "--rates", "1,2"],
@@ -361,7 +362,10 @@ fn bad_sweeps_are_refused_in_one_line_before_any_run() {
             vec!["--rates", "1,2", "--ramp-up", "5s"],
             "--ramp-up starts closed-loop sessions gradually",
         ),
-        (vec!["-c", "1,2", "--find-max"], "--find-max needs --slo"),
+        (
+            vec!["-c", "1,2", "--find-max"],
+            "sweep.find_max (--find-max) needs judge.slo (--slo",
+        ),
         (
             vec!["-c", "1,2", "--goodput-target", "0.5"],
             "--goodput-target and --step go with --find-max",

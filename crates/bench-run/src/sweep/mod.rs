@@ -12,6 +12,8 @@
 //! - [`run`]: the loop, given an async closure that runs one point (so the caller decides how a
 //!   run is shown and stopped); [`play_point`] is the plain closure body, [`write_files`] the
 //!   sweep directory's `sweep.json`, `sweep.md` and `sweep.html`.
+//! - [`play()`]: all of it from one [`SweepSpec`] (a run spec with a `sweep` table), as `bench
+//!   sweep` and `bench serve` play it ([`play`](mod@play)).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), bench_run::RunError> {
@@ -57,6 +59,11 @@ use bench_rundir::StopBy;
 
 use crate::spec::{Load, RunSpec};
 use crate::{CancelledBy, Canceller, RunError, RunOptions, RunReport};
+
+pub mod play;
+pub use play::{
+    FindMaxPlan, SweepObserver, SweepOptions, SweepOutcome, SweepPlan, SweepSpec, play,
+};
 
 /// The summary's file in a sweep directory.
 pub const SWEEP_JSON: &str = "sweep.json";
