@@ -283,6 +283,12 @@
       case 'run.cancelled': return 'cancelled';
       case 'notice': return `${e.level && e.level !== 'info' ? `${e.level}: ` : ''}${e.message || ''}`;
       case 'stream.lagged': return `fell behind: events ${e.missed_from}–${e.missed_to} are no longer kept`;
+      case 'sweep.point_started': return `sweep point ${e.point} (level ${e.level}) started`;
+      case 'sweep.point': {
+        const p = e.point || {};
+        const ttft = p.ttft_p50_ms === null || p.ttft_p50_ms === undefined ? '' : `, TTFT p50 ${p.ttft_p50_ms.toFixed(1)} ms`;
+        return `sweep point ${p.run_dir} done: ${p.verdict}, ${fmtInt(p.turns_ok)} turns ok${ttft}`;
+      }
       default: return e.event;
     }
   }

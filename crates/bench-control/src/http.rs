@@ -223,6 +223,7 @@ async fn api(
             let name = match found.kind() {
                 RunKind::Replay => files::RESULT,
                 RunKind::Journeys => files::JOURNEYS_REPORT,
+                RunKind::Sweep => bench_run::sweep::SWEEP_JSON,
             };
             let file = found.dir().join(name);
             match std::fs::read(&file) {

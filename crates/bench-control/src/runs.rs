@@ -13,9 +13,11 @@ use std::time::Duration;
 
 use bench_report::RunResult;
 use bench_report::grade::GraderSummary;
+use bench_report::sweep::{SweepStop, SweepSummary};
 use bench_run::events::{EventStream, Received};
 use bench_run::hooks::{Grader, Hooks};
 use bench_run::journeys::{JourneysOptions, JourneysSpec};
+use bench_run::sweep::{Stopper, SweepObserver, SweepOptions, SweepPlan, SweepSpec};
 use bench_run::{Notice, RunOptions, RunSpec, Snapshot};
 use bench_rundir::{
     EventLine, LifecycleEvent, RunJsonHead, RunKind, Secrets, StopBy, files, jsonl,
@@ -140,6 +142,10 @@ pub struct Summary {
     /// Journeys: per journey, successes, failures and p50 (ms) of the median run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub journeys: Option<Value>,
+    /// Sweeps: how it stopped, the find-max answer and per point its level, run directory,
+    /// verdict, goodput and headline figures (`sweep.json`'s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<Value>,
 }
 
 impl Summary {
@@ -172,6 +178,40 @@ impl Summary {
             e2e_p50_ms: o.e2e_ms.p50,
             grades: r.grades.clone(),
             journeys: None,
+            sweep: None,
+        }
+    }
+
+    /// A sweep's summary: turns over every point, the worst point's verdict, the gate as
+    /// `bench sweep` judges it (`gate`: `None` when unknown, as from disk).
+    fn of_sweep(s: &SweepSummary, gate: Option<Result<(), String>>) -> Summary {
+        let worst = s.points.iter().map(|p| p.verdict).max_by_key(|v| match v {
+            bench_report::Verdict::Valid => 0,
+            bench_report::Verdict::Suspect => 1,
+            bench_report::Verdict::Invalid => 2,
+        });
+        let valid = s
+            .points
+            .iter()
+            .filter(|p| p.verdict == bench_report::Verdict::Valid)
+            .count();
+        Summary {
+            stopped_by: None,
+            reason: Some(bench_run::sweep::stop_text(s)),
+            turns_total: s.points.iter().map(|p| p.turns_ok + p.turns_failed).sum(),
+            turns_failed: s.points.iter().map(|p| p.turns_failed).sum(),
+            passed: gate.as_ref().map(Result::is_ok),
+            failed_because: gate.and_then(Result::err),
+            validity: worst,
+            validity_reason: worst.map(|_| format!("{valid} of {} points valid", s.points.len())),
+            sweep: serde_json::to_value(serde_json::json!({
+                "axis": s.axis,
+                "stop": s.stop,
+                "find_max": s.find_max,
+                "points": s.points,
+            }))
+            .ok(),
+            ..Summary::default()
         }
     }
 
@@ -348,6 +388,8 @@ pub enum Request {
     Replay(Box<RunSpec>),
     /// A journeys suite.
     Journeys(Box<JourneysSpec>),
+    /// A sweep: one replay per level.
+    Sweep(Box<SweepSpec>),
 }
 
 impl std::fmt::Debug for Request {
@@ -355,6 +397,7 @@ impl std::fmt::Debug for Request {
         match self {
             Request::Replay(_) => f.write_str("Request::Replay"),
             Request::Journeys(_) => f.write_str("Request::Journeys"),
+            Request::Sweep(_) => f.write_str("Request::Sweep"),
         }
     }
 }
@@ -383,14 +426,23 @@ pub fn parse_request(body: &[u8]) -> Result<Parsed, ApiError> {
     let Some(obj) = value.as_object_mut() else {
         return Err(bad("the run spec must be a JSON object".into()));
     };
+    let sweep = obj.remove("sweep");
     let kind = match obj.remove("kind") {
+        None if sweep.is_some() => RunKind::Sweep,
         None => RunKind::Replay,
         Some(k) => serde_json::from_value(k.clone()).map_err(|_| {
             bad(format!(
-                "kind: {k} is not a run kind (expected \"replay\" or \"journeys\")"
+                "kind: {k} is not a run kind (expected \"replay\", \"journeys\" or \"sweep\")"
             ))
         })?,
     };
+    if sweep.is_some() != (kind == RunKind::Sweep) {
+        return Err(bad(format!(
+            "{}: a sweep is a run spec with a sweep table (axis, levels) and kind \"sweep\" \
+             (or no kind)",
+            if sweep.is_some() { "sweep" } else { "kind" }
+        )));
+    }
     let headers = match obj.remove("headers") {
         None => Vec::new(),
         Some(Value::Object(h)) => {
@@ -464,6 +516,22 @@ pub fn parse_request(body: &[u8]) -> Result<Parsed, ApiError> {
             let spec: JourneysSpec = serde_path_to_error::deserialize(value).map_err(field)?;
             spec.validate().map_err(|e| bad(e.to_string()))?;
             Request::Journeys(Box::new(spec))
+        }
+        RunKind::Sweep => {
+            let run: RunSpec = serde_path_to_error::deserialize(value).map_err(field)?;
+            let table = sweep.unwrap_or_default();
+            let sweep: SweepPlan = serde_path_to_error::deserialize(table).map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                if path == "." {
+                    bad(format!("spec.sweep: {inner}"))
+                } else {
+                    bad(format!("spec.sweep.{path}: {inner}"))
+                }
+            })?;
+            let spec = SweepSpec { run, sweep };
+            spec.validate().map_err(|e| bad(e.to_string()))?;
+            Request::Sweep(Box::new(spec))
         }
     };
     Ok(Parsed {
@@ -803,6 +871,11 @@ fn disk_summary(dir: &Path, kind: RunKind, by: StopBy, reason: &str) -> Option<S
             s.reason = Some(reason.to_owned());
             Some(s)
         }
+        RunKind::Sweep => {
+            let bytes = std::fs::read(dir.join(bench_run::sweep::SWEEP_JSON)).ok()?;
+            let s: SweepSummary = serde_json::from_slice(&bytes).ok()?;
+            Some(Summary::of_sweep(&s, None))
+        }
     }
 }
 
@@ -861,6 +934,35 @@ fn push_progress(log: &EventLog, live: &Live, s: &Snapshot) {
             turn_events_skipped: live.turn_events_skipped(),
         },
     );
+}
+
+/// A sweep's points into its event log, and the progress counters of the point playing.
+struct SweepFeed {
+    log: Arc<EventLog>,
+    current: Mutex<Option<Arc<bench_run::ProgressCounters>>>,
+}
+
+impl SweepObserver for SweepFeed {
+    fn point_started(&self, name: &str, level: f64, run: &bench_run::RunHandle) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(run.progress_counters());
+        self.log.push(
+            "sweep.point_started",
+            &serde_json::json!({"utc": bench_report::export::utc_now(), "point": name, "level": level}),
+        );
+    }
+
+    fn point_ended(&self, _: &str, _: f64, _: Option<&bench_run::RunReport>) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    fn summary(&self, s: &SweepSummary) {
+        if let Some(p) = s.points.last() {
+            self.log.push(
+                "sweep.point",
+                &serde_json::json!({"utc": bench_report::export::utc_now(), "points_done": s.points.len(), "point": p}),
+            );
+        }
+    }
 }
 
 impl Control {
@@ -922,6 +1024,7 @@ impl Control {
         let kind = match &req {
             Request::Replay(_) => RunKind::Replay,
             Request::Journeys(_) => RunKind::Journeys,
+            Request::Sweep(_) => RunKind::Sweep,
         };
         let entry = {
             let mut s = self.state();
@@ -966,6 +1069,7 @@ impl Control {
         let spec = match &req {
             Request::Replay(s) => serde_json::to_value(s),
             Request::Journeys(s) => serde_json::to_value(s),
+            Request::Sweep(s) => serde_json::to_value(s),
         }
         .unwrap_or_default();
         entry.log.push(
@@ -988,6 +1092,9 @@ impl Control {
                 }
                 Request::Journeys(spec) => {
                     me.drive_journeys(&e, *spec, headers, secret_headers).await;
+                }
+                Request::Sweep(spec) => {
+                    me.drive_sweep(&e, *spec, headers, secret_headers).await;
                 }
             }
             me.retire(&e);
@@ -1121,6 +1228,84 @@ impl Control {
                 };
                 let s = Summary::of_journeys(&r.report, r.stopped_by, &r.problems);
                 entry.finish(status, Some(s), None);
+            }
+            Err(e) => entry.finish(RunStatus::Failed, None, Some(e.to_string())),
+        }
+    }
+
+    /// Plays a sweep into the entry's directory (a point's run directory in it per level):
+    /// a `sweep.point` event as each point ends, `progress` events of the point playing; a
+    /// cancel starts no further point and lets the current one's turns finish.
+    async fn drive_sweep(
+        &self,
+        entry: &RunEntry,
+        spec: SweepSpec,
+        headers: Vec<(String, String)>,
+        secret_headers: Vec<String>,
+    ) {
+        let mut hooks: Vec<Arc<dyn Hooks>> = vec![entry.live.clone()];
+        hooks.extend(self.cfg.hooks.iter().cloned());
+        let stop = Arc::new(Stopper::default());
+        let feed = Arc::new(SweepFeed {
+            log: entry.log.clone(),
+            current: Mutex::default(),
+        });
+        let options = SweepOptions {
+            dir: Some(entry.dir.clone()),
+            run: RunOptions {
+                headers,
+                secret_headers,
+                secrets: self.cfg.secrets.clone(),
+                observers: vec![entry.live.clone()],
+                notices: Some(Self::notices(&entry.log)),
+                hooks,
+                graders: self.cfg.graders.clone(),
+                ..RunOptions::default()
+            },
+            stop: stop.clone(),
+            observer: Some(feed.clone()),
+        };
+        let cancel = stop.clone();
+        entry.running(
+            Arc::new(move || cancel.stop(bench_run::CancelledBy::Caller)),
+            (Vec::new(), EventStream::ended()),
+        );
+        let log = entry.log.clone();
+        let live = entry.live.clone();
+        let tick = move || {
+            let counters = feed
+                .current
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if let Some(c) = counters {
+                push_progress(&log, &live, &c.snapshot_now());
+            }
+        };
+        let result = follow(
+            &entry.log,
+            EventStream::ended(),
+            bench_run::sweep::play(spec, options),
+            tick,
+        )
+        .await;
+        match result {
+            Ok(o) => {
+                let status = match o.summary.stop {
+                    SweepStop::Completed | SweepStop::Saturated { .. } => RunStatus::Completed,
+                    SweepStop::Interrupted => RunStatus::Cancelled,
+                    SweepStop::Failed { .. } | SweepStop::Running => RunStatus::Failed,
+                };
+                let gate = o.gate().map_err(|e| e.to_string());
+                let error = match (&o.summary.stop, &gate) {
+                    (SweepStop::Failed { .. }, Err(e)) => Some(e.clone()),
+                    _ => None,
+                };
+                entry.finish(
+                    status,
+                    Some(Summary::of_sweep(&o.summary, Some(gate))),
+                    error,
+                );
             }
             Err(e) => entry.finish(RunStatus::Failed, None, Some(e.to_string())),
         }

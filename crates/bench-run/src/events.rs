@@ -104,6 +104,14 @@ pub enum Received {
 }
 
 impl EventStream {
+    /// A stream that has ended already (for what emits no lifecycle events of its own, such
+    /// as a sweep, whose points each have theirs).
+    pub fn ended() -> EventStream {
+        let (tx, rx) = broadcast::channel(1);
+        drop(tx);
+        EventStream(rx)
+    }
+
     /// The next event, waiting for it.
     pub async fn recv(&mut self) -> Received {
         match self.0.recv().await {

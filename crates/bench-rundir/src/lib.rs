@@ -184,14 +184,17 @@ pub enum RunKind {
     Replay,
     /// A journeys suite (`bench journeys`): `report.json`.
     Journeys,
+    /// A sweep (`bench sweep`): `sweep.json`, and a replay's run directory per point.
+    Sweep,
 }
 
 impl RunKind {
-    /// `replay` or `journeys`.
+    /// `replay`, `journeys` or `sweep`.
     pub fn as_str(self) -> &'static str {
         match self {
             RunKind::Replay => "replay",
             RunKind::Journeys => "journeys",
+            RunKind::Sweep => "sweep",
         }
     }
 }

@@ -298,11 +298,37 @@ async fn bad_ids_specs_and_bodies_are_refused_clearly() {
     assert_eq!(s, 400);
     let msg = v["error"].as_str().unwrap();
     assert!(msg.starts_with("spec.load.closed.concurrency:"), "{msg}");
-    let (s, v) = serve
-        .json("POST", "/api/runs", "{\"kind\": \"sweep\"}")
-        .await;
-    assert_eq!(s, 400);
-    assert!(v["error"].as_str().unwrap().starts_with("kind:"), "{v}");
+    for (body, want) in [
+        (
+            r#"{"kind": "sweeps"}"#,
+            "kind: \"sweeps\" is not a run kind",
+        ),
+        (
+            r#"{"kind": "sweep"}"#,
+            "kind: a sweep is a run spec with a sweep table",
+        ),
+        (
+            r#"{"kind": "replay", "sweep": {}}"#,
+            "sweep: a sweep is a run spec with a sweep table",
+        ),
+        (
+            r#"{"sweep": {"axis": "load", "levels": [1]}}"#,
+            "spec.sweep.axis: unknown variant `load`",
+        ),
+        (
+            r#"{"sweep": {"axis": "concurrency", "levels": [2, 1]}}"#,
+            "--concurrency: levels must be strictly increasing",
+        ),
+        (
+            r#"{"sweep": {"axis": "concurrency", "levels": [1, 2], "find_max": {}}}"#,
+            "sweep.find_max (--find-max) needs judge.slo",
+        ),
+    ] {
+        let (s, v) = serve.json("POST", "/api/runs", body).await;
+        assert_eq!(s, 400, "{body}: {v}");
+        let msg = v["error"].as_str().unwrap();
+        assert!(msg.starts_with(want), "{body}: {msg}");
+    }
     let (s, v) = serve.json("POST", "/api/runs", "{not json").await;
     assert_eq!(s, 400);
     assert!(v["error"].as_str().unwrap().contains("not JSON"), "{v}");
@@ -558,4 +584,90 @@ async fn refused_head(addr: std::net::SocketAddr, framing: &str) -> String {
         .await
         .expect("the server answered within 30 s");
     String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A sweep runs through the same API: a run spec with a `sweep` table plays one point per
+/// level into the run's directory, streams `sweep.point` events, ends with the sweep's
+/// summary (every point's verdict, the gate), serves `sweep.json` as its result and is
+/// listed as a sweep after a restart. A cancel starts no further point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_runs_through_the_api() {
+    let tmp = runs_dir("sweep");
+    let dir = tmp.path();
+    let serve = Serve::with_dir(dir).await;
+    let spec = SHORT.replacen(
+        '{',
+        r#"{"sweep": {"axis": "concurrency", "levels": [1, 2]},"#,
+        1,
+    );
+    let id = serve.start_run(&spec).await;
+    let v = serve.until_ended(&id).await;
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(v["kind"], "sweep");
+    let summary = &v["summary"];
+    assert_eq!(summary["passed"], true, "{v}");
+    // Each point plays the pool of 8 sessions of 4 turns.
+    assert_eq!(summary["turns_total"], 64, "{v}");
+    let points = summary["sweep"]["points"].as_array().unwrap();
+    let levels: Vec<f64> = points
+        .iter()
+        .map(|p| p["level"].as_f64().unwrap())
+        .collect();
+    assert_eq!(levels, [1.0, 2.0], "{v}");
+    assert_eq!(summary["sweep"]["stop"]["by"], "completed", "{v}");
+    for p in points {
+        let run = dir.join(&id).join(p["run_dir"].as_str().unwrap());
+        let r: RunResult =
+            serde_json::from_slice(&std::fs::read(run.join(files::RESULT)).unwrap()).unwrap();
+        assert_eq!(r.summary.turns_ok, 32);
+    }
+    let (s, _, body) = serve
+        .call("GET", &format!("/api/runs/{id}/result"), &[], "")
+        .await;
+    assert_eq!(s, 200);
+    let sweep: bench_report::sweep::SweepSummary = serde_json::from_slice(&body).unwrap();
+    assert_eq!(sweep.points.len(), 2);
+    let (_, _, body) = serve
+        .call("GET", &format!("/api/runs/{id}/events"), &[], "")
+        .await;
+    let (events, _) = parse_sse(std::str::from_utf8(&body).unwrap());
+    let done: Vec<u64> = events
+        .iter()
+        .filter(|e| e.data["event"] == "sweep.point")
+        .map(|e| e.data["points_done"].as_u64().unwrap())
+        .collect();
+    assert_eq!(done, [1, 2]);
+    assert_eq!(events.last().unwrap().data["event"], "run.completed");
+
+    // A cancel while the first of three points plays: it finishes its turns in flight, no
+    // other point starts, the sweep ends cancelled.
+    let spec = LONG.replacen(
+        '{',
+        r#"{"sweep": {"axis": "concurrency", "levels": [1, 2, 4]},"#,
+        1,
+    );
+    let cancelled = serve.start_run(&spec).await;
+    until_turns(&serve, &cancelled, 2).await;
+    let (s, _) = serve
+        .json("POST", &format!("/api/runs/{cancelled}/cancel"), "")
+        .await;
+    assert_eq!(s, 202);
+    let c = serve.until_ended(&cancelled).await;
+    assert_eq!(c["status"], "cancelled", "{c}");
+    assert_eq!(c["summary"]["passed"], false, "{c}");
+    assert!(!dir.join(&cancelled).join("c0002").exists());
+    serve.stop().await;
+
+    let serve = Serve::with_dir(dir).await;
+    let (_, list) = serve.json("GET", "/api/runs", "").await;
+    let listed = list["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(listed["kind"], "sweep");
+    assert_eq!(listed["summary"], v["summary"], "the same summary");
+    serve.stop().await;
 }
