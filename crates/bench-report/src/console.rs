@@ -249,16 +249,15 @@ impl RunResult {
             num(m.dispatch_lag_ms.p99, 1),
             num(m.dispatch_lag_ms.max, 1)
         ));
-        if self.server.is_object() {
-            let g = |k: &str| self.server[k].as_f64();
+        if let Some(s) = &self.server {
             line(format!(
                 "server         {} /metrics over the measured phase: KV usage mean {} (p99 {}), queue p99 {}, running mean {}, prefix cache {}",
-                self.server["backend"].as_str().unwrap_or("?"),
-                pct(g("kv_usage_mean")),
-                pct(g("kv_usage_p99")),
-                num(g("queue_depth_p99"), 1),
-                num(g("running_mean"), 1),
-                pct(g("prefix_cache_ratio"))
+                s.backend.name(),
+                pct(s.kv_usage_mean),
+                pct(s.kv_usage_p99),
+                num(s.queue_depth_p99, 1),
+                num(s.running_mean, 1),
+                pct(s.prefix_cache_ratio)
             ));
         }
         out

@@ -28,9 +28,11 @@ mod markdown;
 mod result;
 mod sessions;
 mod slo;
-mod stats;
 mod validity;
+/// The statistics every figure uses (`bench-stats`, shared with `bench-telemetry`).
+pub use bench_stats as stats;
 
+pub use bench_stats::{ITL_EXACT_LIMIT, PooledDist, percentile};
 pub use record::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
 pub use report::{ReportData, ServerPoint};
 pub use result::{
@@ -39,7 +41,6 @@ pub use result::{
 };
 pub use sessions::SessionMetrics;
 pub use slo::{Slo, SloParseError};
-pub use stats::{ITL_EXACT_LIMIT, PooledDist, percentile};
 pub use validity::{Check, CheckStatus, ClientCpu, Validity, Verdict};
 
 /// Version of the `result.json` document ([`RunResult`]); bumped on any incompatible change.

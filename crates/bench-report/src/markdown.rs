@@ -149,18 +149,18 @@ impl RunResult {
                 pct(Some(p)),
             );
         }
-        if self.server.is_object() {
+        if let Some(s) = &self.server {
             fig(
                 &mut md,
                 "prefix cache (server /metrics)",
                 "measured phase",
-                pct(self.server["prefix_cache_ratio"].as_f64()),
+                pct(s.prefix_cache_ratio),
             );
             fig(
                 &mut md,
                 "KV usage mean (server)",
                 "measured phase",
-                pct(self.server["kv_usage_mean"].as_f64()),
+                pct(s.kv_usage_mean),
             );
         }
         if let Some(o) = &m.osl_fidelity {

@@ -34,6 +34,14 @@ pub struct RunInfo {
     /// Sessions arrived on a schedule (open loop): the steady window is then cut by time,
     /// from the first session play's end to the last play's start, instead of by concurrency.
     pub open_loop: bool,
+    /// What the server's `/metrics` said ([`bench_telemetry::summarize`]), when scraped:
+    /// `result.json`'s `server`, and the cache checks' other side.
+    pub server: Option<bench_telemetry::ServerSummary>,
+    /// The client's own CPU over the run, when measured: `result.json`'s `client` and the
+    /// `client_cpu` check.
+    pub client: Option<crate::validity::ClientCpu>,
+    /// Checks the caller adds to the computed ones (a merged run's `shards`).
+    pub checks: Vec<crate::validity::Check>,
 }
 
 impl Default for RunInfo {
@@ -45,6 +53,9 @@ impl Default for RunInfo {
             slo: None,
             config: serde_json::Value::Null,
             open_loop: false,
+            server: None,
+            client: None,
+            checks: Vec::new(),
         }
     }
 }
@@ -66,10 +77,10 @@ pub struct RunResult {
     pub overall: Metrics,
     /// How the steady window was cut.
     pub steady_window: SteadyWindow,
-    /// What the server's own `/metrics` said about the measured run (`null` when not scraped;
-    /// filled by the caller, e.g. from `bench_telemetry::summarize`).
+    /// What the server's own `/metrics` said about the measured run
+    /// ([`bench_telemetry::summarize`] of the run's scrapes; `null` when not scraped).
     #[serde(default)]
-    pub server: serde_json::Value,
+    pub server: Option<bench_telemetry::ServerSummary>,
     /// Each grader's summary over the ok turns this process graded (absent without graders;
     /// filled by the caller, e.g. `bench_run`, never by [`compute`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -400,7 +411,10 @@ pub fn min_active(steady_frac: f64, concurrency: u32) -> u32 {
     ((x - 1e-9).ceil().max(0.0) as u32).min(concurrency)
 }
 
-/// Computes the `result.json` document. Warmup records (`warmup == true`) are ignored everywhere.
+/// Computes the `result.json` document, validity assessed once from everything `info` holds
+/// (the server's summary, the client's CPU, added checks): the one computation behind a live
+/// run, `bench report` and `bench merge`. Warmup records (`warmup == true`) are ignored
+/// everywhere.
 pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInfo) -> RunResult {
     let measured: Vec<&TurnRecord> = records.iter().filter(|r| !r.warmup).collect();
     let ok: Vec<&TurnRecord> = measured
@@ -488,11 +502,11 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         slo: info.slo,
         summary,
         overall: Metrics::from_turns(&ok, overall_span, slo),
-        server: serde_json::Value::Null,
+        server: info.server.clone(),
         grades: Vec::new(),
         sessions: crate::sessions::SessionMetrics::compute(records, sessions, slo),
         graph: crate::graph::breakdown(records, sessions),
-        client: None,
+        client: info.client,
         validity: None,
         steady_window: SteadyWindow {
             rule: rule.to_owned(),
@@ -507,6 +521,11 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         },
     };
     result.assess_validity(records, info.open_loop);
+    if let Some(v) = result.validity.as_mut() {
+        for c in &info.checks {
+            v.add(c.clone());
+        }
+    }
     result
 }
 

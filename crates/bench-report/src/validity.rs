@@ -386,10 +386,7 @@ impl Validity {
             "|client − server prefix-cache ratio| over the measured phase: warn > {CACHE_WARN}, \
              fail > {CACHE_FAIL}"
         );
-        let server_ratio = result
-            .server
-            .get("prefix_cache_ratio")
-            .and_then(serde_json::Value::as_f64);
+        let server_ratio = result.server.as_ref().and_then(|s| s.prefix_cache_ratio);
         checks.push(match (result.overall.prefix_cache_ratio, server_ratio) {
             (Some(c), Some(sv)) => {
                 let d = (c - sv).abs();
@@ -549,8 +546,8 @@ fn token_estimate(measured: &[&TurnRecord]) -> Check {
 fn block_size(result: &RunResult) -> Option<f64> {
     result
         .server
-        .get("block_size")
-        .and_then(serde_json::Value::as_f64)
+        .as_ref()
+        .and_then(|s| s.block_size)
         .or_else(|| {
             result
                 .config

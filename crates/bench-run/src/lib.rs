@@ -1020,16 +1020,16 @@ impl Prepared {
                     .and_then(|b| serde_json::from_slice(&b).ok())
                     .unwrap_or_default(),
                 open_loop: cfg.arrival.is_some(),
+                server: scrapes
+                    .iter()
+                    .any(|s| s.phase.is_measured())
+                    .then(|| bench_telemetry::summarize(&scrapes)),
+                // A resumed run's CPU covers this segment only: no saturation figure for it.
+                client: client_cpu.filter(|_| resume.is_none()),
+                checks: Vec::new(),
             };
             let mut result = bench_report::compute(&turns, &sessions, &info);
-            if scrapes.iter().any(|s| s.phase.is_measured()) {
-                result.server =
-                    serde_json::to_value(bench_telemetry::summarize(&scrapes)).unwrap_or_default();
-            }
             result.grades = grading.as_ref().map(|g| g.summaries()).unwrap_or_default();
-            // A resumed run's CPU covers this segment only: no saturation figure for it.
-            result.client = client_cpu.filter(|_| resume.is_none());
-            result.assess_validity(&turns, info.open_loop);
             write_json(&dir.join(files::RESULT), &result, &options.secrets)?;
             if let Some(g) = &grading {
                 g.end(&hooks::RunEnd {

@@ -203,13 +203,12 @@ pub fn merge(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOutcome
     }
     write_lines(&out.join(files::EVENTS), &merged_events(&shards, &merged))?;
 
-    let mut result = crate::report::recompute(&run_json, &turns, &sessions, &scrapes);
     // Client saturation is a per-process figure: the busiest shard's stands for the run.
-    result.client = shards
+    let client = shards
         .iter()
         .filter_map(|s| s.client)
         .max_by(|a, b| a.cores.unwrap_or(0.0).total_cmp(&b.cores.unwrap_or(0.0)));
-    crate::report::judge(&mut result, &run_json, &turns);
+    let result = crate::report::recompute(&run_json, &turns, &sessions, &scrapes, client);
     write_pretty(&out.join(files::RESULT), &result)?;
     Ok(MergeOutcome {
         dir: out.to_path_buf(),

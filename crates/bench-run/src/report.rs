@@ -105,9 +105,17 @@ pub fn load(path: &Path) -> Result<ReportData, LoadError> {
                 "result.json counts {} measured turns but turns.jsonl holds {measured}",
                 r.summary.turns_ok + r.summary.turns_failed
             );
-            (recompute(&run_json, &turns, &sessions, &scrapes), Some(why))
+            // The client's CPU is not in the records: the stale result's stands.
+            let client = r.client;
+            (
+                recompute(&run_json, &turns, &sessions, &scrapes, client),
+                Some(why),
+            )
         }
-        Err(why) => (recompute(&run_json, &turns, &sessions, &scrapes), Some(why)),
+        Err(why) => (
+            recompute(&run_json, &turns, &sessions, &scrapes, None),
+            Some(why),
+        ),
     };
     if recomputed.is_some() {
         if let Some(Err(e)) = run_json
@@ -188,12 +196,15 @@ pub(crate) fn read_jsonl<T: serde::de::DeserializeOwned>(
     Ok(lines.records)
 }
 
-/// The result as `bench run` would have written it, from the records and the run's settings.
+/// The result as `bench run` would have written it, from the records and the run's settings
+/// (`client`: the client's CPU, when known; a merged run's `shards` check is added): one
+/// [`bench_report::compute`], validity assessed once.
 pub fn recompute(
     run_json: &serde_json::Value,
     turns: &[TurnRecord],
     sessions: &[SessionRecord],
     scrapes: &[Scrape],
+    client: Option<bench_report::ClientCpu>,
 ) -> RunResult {
     let spec: Option<RunSpec> = run_json
         .get("spec")
@@ -211,6 +222,10 @@ pub fn recompute(
     let measured = kept.iter().filter(|t| !t.warmup);
     let first = measured.clone().map(|t| t.sent_s).reduce(f64::min);
     let last = measured.map(|t| t.end_s).reduce(f64::max);
+    let merged = run_json
+        .get("merged")
+        .cloned()
+        .and_then(|m| serde_json::from_value::<bench_rundir::Merged>(m).ok());
     let info = RunInfo {
         concurrency,
         steady_frac: judge.steady_frac,
@@ -221,37 +236,14 @@ pub fn recompute(
         slo: judge.slo.as_deref().and_then(|s| s.parse().ok()),
         config: run_json.clone(),
         open_loop,
+        server: scrapes
+            .iter()
+            .any(|s| s.phase.is_measured())
+            .then(|| bench_telemetry::summarize(scrapes)),
+        client,
+        checks: merged.iter().map(shards_check).collect(),
     };
-    let mut result = bench_report::compute(&kept, &kept_sessions, &info);
-    if scrapes.iter().any(|s| s.phase.is_measured()) {
-        result.server =
-            serde_json::to_value(bench_telemetry::summarize(scrapes)).unwrap_or_default();
-    }
-    self::judge(&mut result, run_json, &kept);
-    result
-}
-
-/// (Re)assesses `result`'s validity from its records (superseded ones are left out) and,
-/// for a merged run, adds the `shards` check: failed when shards were missing or unfinished
-/// (`bench merge --partial`).
-pub fn judge(result: &mut RunResult, run_json: &serde_json::Value, turns: &[TurnRecord]) {
-    let open_loop = matches!(
-        run_json
-            .get("spec")
-            .cloned()
-            .and_then(|s| serde_json::from_value::<RunSpec>(s).ok())
-            .map(|s| s.load),
-        Some(Load::Open { .. })
-    );
-    let kept: Vec<TurnRecord> = turns.iter().filter(|t| !t.superseded).cloned().collect();
-    result.assess_validity(&kept, open_loop);
-    let merged = run_json
-        .get("merged")
-        .cloned()
-        .and_then(|m| serde_json::from_value::<bench_rundir::Merged>(m).ok());
-    if let (Some(m), Some(v)) = (merged, result.validity.as_mut()) {
-        v.add(shards_check(&m));
-    }
+    bench_report::compute(&kept, &kept_sessions, &info)
 }
 
 /// Whether a merged run holds every shard, each run to its end.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bench_report::record::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
+use bench_rundir::record::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
 use bench_transport::{Client, ErrorKind, RequestOptions, Segments, TurnOutcome};
 use bench_workload::plan::{Plan, PlannedSession};
 use rand::{Rng, SeedableRng};

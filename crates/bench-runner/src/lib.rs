@@ -3,7 +3,7 @@
 //! Exactly `C` workers each hold one planned session and play it turn by turn (turn N+1 is
 //! sent only after turn N finished and its tool wait passed); a finished session's slot is
 //! refilled at once from the pool. Every finished turn becomes a
-//! [`bench_report::record::TurnRecord`] handed to the [`Observer`]s before the session goes on.
+//! [`bench_rundir::record::TurnRecord`] handed to the [`Observer`]s before the session goes on.
 //!
 //! A complete program — plan a synthetic workload, replay it against an in-process simulator
 //! with an observer that prints each turn, print the metrics — is `examples/embed.rs`
@@ -29,7 +29,7 @@
 //! let client = bench_transport::Client::new(bench_transport::ClientConfig::new(sim.base_url()))?;
 //! let out = run(plan, client, RunConfig::new("bench-sim", 2), vec![], CancelToken::new()).await;
 //! assert_eq!(out.turns.len(), 12);
-//! assert!(out.turns.iter().all(|t| t.status == bench_report::record::TurnStatus::Ok));
+//! assert!(out.turns.iter().all(|t| t.status == bench_rundir::record::TurnStatus::Ok));
 //! sim.shutdown().await;
 //! # Ok::<(), Box<dyn std::error::Error>>(()) })
 //! # }

@@ -1,7 +1,7 @@
 //! Observers: runners emit a closed set of events; observers (progress, the run-directory
 //! writer of `bench-run`, a caller's own code) never reach into the engine.
 
-use bench_report::record::{SessionRecord, TurnRecord};
+use bench_rundir::record::{SessionRecord, TurnRecord};
 
 use crate::engine::StopReason;
 

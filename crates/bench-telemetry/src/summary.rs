@@ -1,7 +1,7 @@
 //! Server-side summaries of a run, from its scrapes.
 
-use bench_report::percentile;
 use bench_rundir::ScrapePhase;
+use bench_stats::{mean, percentile, sorted_finite as sorted};
 use serde::{Deserialize, Serialize};
 
 use crate::{Backend, Snapshot};
@@ -23,6 +23,7 @@ pub struct Scrape {
 /// What the server's own metrics said about the measured run (`result.json` `server`). Every
 /// figure is `null` when the server did not report what it needs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ServerSummary {
     /// The family the metric names showed.
     pub backend: Backend,
@@ -47,16 +48,6 @@ pub struct ServerSummary {
     /// Tokens per KV-cache block, as the last measured scrape said (vLLM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_size: Option<f64>,
-}
-
-fn sorted(v: impl Iterator<Item = f64>) -> Vec<f64> {
-    let mut v: Vec<f64> = v.filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    v
-}
-
-fn mean(v: &[f64]) -> Option<f64> {
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
 /// A counter's increase from `start` to `end` (`None` when either lacks it; a reset, i.e. a

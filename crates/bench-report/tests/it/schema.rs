@@ -242,12 +242,13 @@ fn real_output_validates_against_the_schema() {
     // A `server` block as `bench run` fills it (bench_telemetry::summarize of a real scrape
     // series against the simulator).
     let mut scraped = rich();
-    scraped.server = serde_json::json!({
+    scraped.server = serde_json::from_value(serde_json::json!({
         "backend": "vllm", "scrapes": 35, "kv_capacity_tokens": 262144.0,
         "kv_usage_mean": 0.0699, "kv_usage_p99": 0.1278, "evicted_tokens": null,
         "preemptions": 0.0, "queue_depth_p99": 1.0, "running_mean": 7.63,
         "prefix_cache_ratio": 0.7037
-    });
+    }))
+    .unwrap();
     // A `grades` block as `bench_run` fills it.
     let graded = with_grades();
     let cases = [

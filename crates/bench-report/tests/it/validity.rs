@@ -37,7 +37,11 @@ fn run(recs: &[TurnRecord], open_loop: bool) -> RunResult {
         ..RunInfo::default()
     };
     let mut r = compute(recs, &sessions, &info);
-    r.server = serde_json::json!({ "prefix_cache_ratio": 0.5, "block_size": 16 });
+    r.server = Some(bench_telemetry::ServerSummary {
+        prefix_cache_ratio: Some(0.5),
+        block_size: Some(16.0),
+        ..Default::default()
+    });
     r.client = Some(ClientCpu::new(3.0, 30.0, false));
     r.assess_validity(recs, open_loop);
     r
@@ -144,10 +148,13 @@ fn a_server_ignoring_the_pinned_length_is_caught() {
 #[test]
 fn mismatched_cache_counters_are_caught() {
     let mut r = run(&clean_records(), false);
-    r.server = serde_json::json!({ "prefix_cache_ratio": 0.9 }); // the client saw 0.5
+    r.server = Some(bench_telemetry::ServerSummary {
+        prefix_cache_ratio: Some(0.9),
+        ..Default::default()
+    }); // the client saw 0.5
     r.assess_validity(&clean_records(), false);
     assert_eq!(status(&r, "prefix_cache_counters"), CheckStatus::Fail);
-    r.server = serde_json::Value::Null;
+    r.server = None;
     r.assess_validity(&clean_records(), false);
     assert_eq!(status(&r, "prefix_cache_counters"), CheckStatus::Skipped);
 }
@@ -261,7 +268,10 @@ fn a_cache_warm_before_the_run_is_caught_and_the_possible_ratio_is_reported() {
     assert_eq!(status(&run(&recs, false), "warm_cache"), CheckStatus::Fail);
     // Without a block size from the server or the run's flag: not judged, and said why.
     let mut res = run(&clean_records(), false);
-    res.server = serde_json::json!({ "prefix_cache_ratio": 0.5 });
+    res.server = Some(bench_telemetry::ServerSummary {
+        prefix_cache_ratio: Some(0.5),
+        ..Default::default()
+    });
     res.assess_validity(&clean_records(), false);
     let v = res.validity.as_ref().unwrap();
     let c = v.checks.iter().find(|c| c.name == "warm_cache").unwrap();

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bench_report::record::{NodeInfo, SessionRecord, SessionStatus, TurnStatus};
+use bench_rundir::record::{NodeInfo, SessionRecord, SessionStatus, TurnStatus};
 use bench_transport::ErrorKind;
 use bench_workload::format::SubagentContext;
 use bench_workload::plan::{PlannedGraph, PlannedSession, Role};

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bench_report::record::{SessionStatus, TurnRecord, TurnStatus};
+use bench_rundir::record::{SessionStatus, TurnRecord, TurnStatus};
 use bench_runner::{CancelToken, ContentMode, RunConfig, RunOutcome, Transport, run};
 use bench_transport::{Error, ErrorKind, RequestOptions, Segments, TurnOutcome, Usage};
 use bench_workload::plan::{DatasetSpec, Plan, PlanConfig, build_plan};

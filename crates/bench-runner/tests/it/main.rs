@@ -7,7 +7,7 @@ mod paused;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bench_report::record::{SessionStatus, TurnRecord, TurnStatus};
+use bench_rundir::record::{SessionStatus, TurnRecord, TurnStatus};
 use bench_runner::{CancelToken, Observer, RunConfig, RunEvent, StopReason, run};
 use bench_sim::{LatencyMode, SimConfig, SimServer};
 use bench_transport::{Auth, Client, ClientConfig};

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bench_report::record::{CountSource, SessionStatus, TurnRecord, TurnStatus};
+use bench_rundir::record::{CountSource, SessionStatus, TurnRecord, TurnStatus};
 use bench_runner::{
     Arrival, ArrivalProcess, CancelToken, Observer, Phase, RunConfig, RunEvent, RunOutcome,
     StopReason, ToolWaits, Transport, WARMUP_TURNS, run,

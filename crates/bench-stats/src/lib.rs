@@ -1,4 +1,6 @@
-//! Percentiles and distribution summaries.
+//! `bench-stats`: percentiles and distribution summaries, below both `bench-report` and
+//! `bench-telemetry` so that each uses the one method ([`percentile`]: linear interpolation,
+//! NumPy's default).
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -33,14 +35,14 @@ pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
 }
 
 /// Sorts finite values ascending (non-finite values are dropped).
-pub(crate) fn sorted_finite(values: impl IntoIterator<Item = f64>) -> Vec<f64> {
+pub fn sorted_finite(values: impl IntoIterator<Item = f64>) -> Vec<f64> {
     let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
     v.sort_by(f64::total_cmp);
     v
 }
 
 /// Mean of values (`None` when empty).
-pub(crate) fn mean(values: &[f64]) -> Option<f64> {
+pub fn mean(values: &[f64]) -> Option<f64> {
     if values.is_empty() {
         None
     } else {
