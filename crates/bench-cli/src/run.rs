@@ -10,15 +10,16 @@ use crate::run_args::RunCmd;
 use crate::workload::plan_progress;
 use crate::{CliError, out};
 
-/// Flags that may be given with `--resume` (their clap ids).
-const ALLOWED_WITH_RESUME: &[&str] = &[
-    "resume",
-    "headers",
-    "secret_headers",
-    "quiet",
-    "json",
-    "progress_interval",
-    "no_progress_bar",
+/// The flags that may be given with `--resume` (clap id, flag): the one list (`--help` says
+/// it in `--resume`'s text).
+const ALLOWED_WITH_RESUME: &[(&str, &str)] = &[
+    ("resume", "--resume"),
+    ("headers", "--header"),
+    ("secret_headers", "--secret-header"),
+    ("quiet", "-q"),
+    ("json", "--json"),
+    ("progress_interval", "--progress-interval"),
+    ("no_progress_bar", "--no-progress-bar"),
 ];
 
 pub(crate) fn run_error(e: bench_run::RunError) -> CliError {
@@ -63,15 +64,16 @@ pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
         Some(dir) => {
             let extra: Vec<String> = given
                 .iter()
-                .filter(|id| !ALLOWED_WITH_RESUME.contains(&id.as_str()))
+                .filter(|id| !ALLOWED_WITH_RESUME.iter().any(|(a, _)| a == id))
                 .map(|id| format!("--{}", id.replace('_', "-")))
                 .collect();
             if !extra.is_empty() {
+                let allowed: Vec<&str> = ALLOWED_WITH_RESUME[1..].iter().map(|(_, f)| *f).collect();
                 return Err(CliError::Usage(format!(
                     "--resume takes the run's configuration from its run.json; {} cannot be \
-                     given with it (only --header, --secret-header, -q, --json, --progress-interval and \
-                     --no-progress-bar can)",
-                    extra.join(", ")
+                     given with it (only {} can)",
+                    extra.join(", "),
+                    allowed.join(", ")
                 )));
             }
             bench_run::resume(dir, options).await

@@ -23,10 +23,12 @@
 pub mod cpu;
 pub mod events;
 pub mod graders;
+mod handle;
 pub mod hooks;
 pub mod journeys;
 pub mod lifecycle;
 pub mod merge;
+mod options;
 pub mod probe;
 pub mod progress;
 pub mod report;
@@ -41,12 +43,11 @@ pub mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use bench_report::RunResult;
 use bench_report::export::LineContext;
-use bench_rundir::{EventLine, LifecycleEvent, Opened, StopBy, TurnStatus, files};
+use bench_rundir::{LifecycleEvent, Opened, TurnStatus, files};
 use bench_runner::{CancelToken, Observer};
 use bench_sim::SimServer;
 pub use bench_transport::TlsOptions;
@@ -54,11 +55,13 @@ use bench_transport::{Client, ClientConfig};
 
 /// The one warning line `--insecure` prints (and its runs record `tls.insecure` in `run.json`).
 pub const INSECURE_WARNING: &str = "--insecure: the server's TLS certificate is not verified (the connection is encrypted but not authenticated)";
-use bench_workload::plan::{Plan, ProgressFn};
+use bench_workload::plan::Plan;
 use serde::Serialize;
 
 pub use events::{EventStream, Events, Received, RunDirWriter};
 pub use graders::GradersSpec;
+pub use handle::{Canceller, RunHandle, RunReport, gate};
+pub use options::{Notice, RunError, RunOptions};
 pub use progress::{ProgressCounters, Snapshot};
 pub use spec::{
     BackendChoice, DEFAULT_CONCURRENCY, EmbeddedSim, Exports, Judge, Limits, Load, RequestShape,
@@ -68,80 +71,6 @@ pub use stop::CancelledBy;
 
 /// How often `events.jsonl` gets a `heartbeat`.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
-
-/// Why a run could not start or finish.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RunError {
-    /// Bad input: the spec, the dataset, the run directory (`bench run` exits 2).
-    #[error("{0}")]
-    Invalid(String),
-    /// The run failed: the server, the disk (`bench run` exits 1).
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// A line for whoever started the run (the CLI prints them on stderr).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Notice {
-    /// What is happening (e.g. where the run goes).
-    Info(String),
-    /// Something the user should know (a backend mismatch, scraping disabled, a repair).
-    Warning(String),
-}
-
-/// What a run needs that is never recorded in its directory.
-#[derive(Clone, Default)]
-pub struct RunOptions {
-    /// The run directory (default `runs/<UTC time>-<pid>`). Ignored by [`resume()`].
-    pub run_dir: Option<PathBuf>,
-    /// Extra request headers (name, value); only the names are recorded.
-    pub headers: Vec<(String, String)>,
-    /// Headers whose values are secrets whatever their names (`--secret-header`); those named
-    /// so by [`bench_rundir::is_secret_name`] always are. Only the names are recorded (so a
-    /// resumed run scrubs them too). See [`secrets`].
-    pub secret_headers: Vec<String>,
-    /// Further values never to write or show; the environment's API keys and the secret
-    /// headers' values are added by the run itself ([`secrets::run_secrets`]).
-    pub secrets: secrets::Secrets,
-    /// Observers of the engine's events (called on its tasks: keep them quick).
-    pub observers: Vec<Arc<dyn Observer>>,
-    /// Called as planning advances.
-    pub plan_progress: Option<ProgressFn>,
-    /// Where notices go (default: nowhere).
-    pub notices: Option<Arc<dyn Fn(Notice) + Send + Sync>>,
-    /// Called at the start, per finished turn and at the end ([`hooks`]).
-    pub hooks: Vec<Arc<dyn hooks::Hooks>>,
-    /// Score every ok turn; their summaries go into `result.json` ([`hooks`]).
-    pub graders: Vec<Arc<dyn hooks::Grader>>,
-}
-
-impl std::fmt::Debug for RunOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunOptions")
-            .field("run_dir", &self.run_dir)
-            .field(
-                "header_names",
-                &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
-            )
-            .field("secret_headers", &self.secret_headers)
-            .field("observers", &self.observers.len())
-            .field("hooks", &self.hooks.len())
-            .field(
-                "graders",
-                &self.graders.iter().map(|g| g.name()).collect::<Vec<_>>(),
-            )
-            .finish_non_exhaustive()
-    }
-}
-
-impl RunOptions {
-    fn notice(&self, n: Notice) {
-        if let Some(f) = &self.notices {
-            f(n);
-        }
-    }
-}
 
 /// What `run.json` holds: the spec and what the run found out.
 #[derive(Debug, Serialize)]
@@ -166,198 +95,6 @@ struct RunJson<'a> {
     /// This host's clock against the server's (`--shard` or `--start-at` runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     clock: Option<bench_rundir::ClockOffset>,
-}
-
-/// A run in progress.
-#[derive(Debug)]
-pub struct RunHandle {
-    dir: PathBuf,
-    events: Arc<Events>,
-    progress: Arc<ProgressCounters>,
-    canceller: Canceller,
-    task: tokio::task::JoinHandle<Result<RunReport, RunError>>,
-    secrets: secrets::Secrets,
-}
-
-/// Stops a run from anywhere (clonable, `Send`).
-#[derive(Debug, Clone)]
-pub struct Canceller {
-    token: CancelToken,
-    by_signal: Arc<AtomicBool>,
-}
-
-impl Canceller {
-    /// Stops dispatching: no new session or turn; turns in flight finish.
-    pub fn cancel(&self, by: CancelledBy) {
-        if by == CancelledBy::Signal {
-            self.by_signal.store(true, Ordering::SeqCst);
-        }
-        self.token.cancel();
-    }
-
-    /// Cuts the turns in flight too (their records say `cancelled`).
-    pub fn abort(&self) {
-        self.token.cancel();
-        self.token.abort();
-    }
-
-    fn by(&self) -> CancelledBy {
-        if self.by_signal.load(Ordering::SeqCst) {
-            CancelledBy::Signal
-        } else {
-            CancelledBy::Caller
-        }
-    }
-}
-
-impl RunHandle {
-    /// The run directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The lifecycle events from now on (the same typed events `events.jsonl` holds; the
-    /// file has the earlier ones). A receiver that falls [`events::EVENT_BUFFER`] behind is
-    /// told it lagged.
-    pub fn events(&self) -> crate::EventStream {
-        self.events.subscribe()
-    }
-
-    /// Every event of this run's process so far (`run.started` or `run.resumed` first), and a
-    /// receiver of the ones after: nothing missing between the two, nothing in both.
-    pub fn events_with_history(&self) -> (Vec<EventLine>, crate::EventStream) {
-        self.events.subscribe_with_history()
-    }
-
-    /// The counters now (turns, sessions, active, failures, output tok/s so far, ETA).
-    pub fn progress(&self) -> Snapshot {
-        self.progress.snapshot_now()
-    }
-
-    /// The live counters, for a display that samples them on its own clock.
-    pub fn progress_counters(&self) -> Arc<ProgressCounters> {
-        self.progress.clone()
-    }
-
-    /// Stops dispatching: no new session or turn; turns in flight finish; the run is
-    /// finalized and marked `cancelled`.
-    pub fn cancel(&self) {
-        self.canceller.cancel(CancelledBy::Caller);
-    }
-
-    /// Cuts the turns in flight too.
-    pub fn abort(&self) {
-        self.canceller.abort();
-    }
-
-    /// A handle to cancel or abort from elsewhere (a signal handler).
-    pub fn canceller(&self) -> Canceller {
-        self.canceller.clone()
-    }
-
-    /// Waits for the end: the result is written and the report returned.
-    pub async fn wait(self) -> Result<RunReport, RunError> {
-        let secrets = self.secrets;
-        self.task
-            .await
-            .map_err(|e| RunError::Failed(format!("the run task failed: {e}")))?
-            .map_err(|e| e.scrub(&secrets))
-    }
-}
-
-/// How a run ended.
-#[derive(Debug, Clone)]
-pub struct RunReport {
-    /// The run directory.
-    pub dir: PathBuf,
-    /// `result.json`.
-    pub result: RunResult,
-    /// What stopped it.
-    pub stopped_by: StopBy,
-    /// In words.
-    pub reason: String,
-    /// Measured and warmup turn records of the run (every segment's, superseded ones left out).
-    pub turns_total: u64,
-    /// Of those, the ones not ok.
-    pub turns_failed: u64,
-    /// Replay tasks that failed (a bug; their sessions were cut).
-    pub task_failures: Vec<String>,
-    /// Records that could not be written, and similar.
-    pub warnings: Vec<String>,
-    /// The spec's failure threshold.
-    pub max_error_rate: f64,
-    /// The spec asks for a `valid` verdict ([`spec::Judge::require_valid`]).
-    pub require_valid: bool,
-    /// Each grader's summary, as `result.json` has them (empty without graders; see [`hooks`]).
-    pub grades: Vec<bench_report::grade::GraderSummary>,
-}
-
-impl RunReport {
-    /// `Ok` when the run passes its gate: no failed replay task, and [`gate`]; else one line
-    /// saying why. (The run's *validity*, whether its figures can be trusted, is
-    /// `result.validity`; the gate asks for `valid` only with `require_valid`.)
-    pub fn gate(&self) -> Result<(), String> {
-        if !self.task_failures.is_empty() {
-            return Err(format!(
-                "{} replay task(s) failed (a bug; their sessions were cut, every record made \
-                 before is kept): {}",
-                self.task_failures.len(),
-                self.task_failures.join("; ")
-            ));
-        }
-        gate(
-            self.turns_total,
-            self.turns_failed,
-            self.max_error_rate,
-            self.require_valid,
-            self.result.validity.as_ref(),
-        )
-    }
-}
-
-/// A finished run's gate (`bench run`'s exit status, `bench serve`'s `passed`), from what a
-/// run directory keeps as well as from a live run: at least one turn, no more failed turns
-/// than `max_error_rate` allows and, with `require_valid`, a `valid` verdict.
-pub fn gate(
-    turns_total: u64,
-    turns_failed: u64,
-    max_error_rate: f64,
-    require_valid: bool,
-    validity: Option<&bench_report::Validity>,
-) -> Result<(), String> {
-    if turns_total == 0 {
-        return Err("no turn was played".into());
-    }
-    let rate = turns_failed as f64 / turns_total as f64;
-    if rate > max_error_rate {
-        return Err(format!(
-            "{turns_failed} of {turns_total} turns failed ({:.1}%), above --max-error-rate \
-             {max_error_rate}",
-            rate * 100.0,
-        ));
-    }
-    if require_valid
-        && let Some(v) = validity
-        && v.verdict != bench_report::Verdict::Valid
-    {
-        let why: Vec<String> = v
-            .checks
-            .iter()
-            .filter(|c| {
-                matches!(
-                    c.status,
-                    bench_report::CheckStatus::Warn | bench_report::CheckStatus::Fail
-                )
-            })
-            .map(|c| c.name.clone())
-            .collect();
-        return Err(format!(
-            "the run is {} ({}), and --require-valid asks for valid",
-            v.verdict.as_str(),
-            why.join(", ")
-        ));
-    }
-    Ok(())
 }
 
 /// Starts a new run of `spec`.
@@ -477,29 +214,70 @@ async fn launch(
     mut resume: Option<resume::Resume>,
 ) -> Result<RunHandle, RunError> {
     options.notices = secrets::scrubbing_notices(options.notices.take(), &options.secrets);
-    if resume.is_none() {
+    check_inputs(&mut spec, &options, resume.is_some())?;
+    let grading = hooks::Grading::new(&spec.graders, &options)?;
+    let (plan, identity) = plan_run(&mut spec, &options, resume.as_ref()).await?;
+    check_limits(&spec, &plan, &options)?;
+    let (embedded, base_url, ready_timeout) = start_target(&spec, &options).await?;
+    let prepared = prepare(
+        &spec,
+        &options,
+        plan,
+        Identity {
+            plan_digest: &identity.0,
+            shard: identity.1,
+        },
+        &base_url,
+        ready_timeout,
+        resume.as_mut(),
+    )
+    .await;
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(s) = embedded {
+                s.shutdown().await;
+            }
+            return Err(e);
+        }
+    };
+    Ok(prepared.spawn(spec, options, resume, embedded, grading))
+}
+
+/// Launch stage 1, before anything is planned: a new run's directory is not a run's already,
+/// the export files can be written, `--start-at` is not past; a new run records the names of
+/// its headers (never their values).
+fn check_inputs(spec: &mut RunSpec, options: &RunOptions, resuming: bool) -> Result<(), RunError> {
+    if !resuming {
         if let Some(dir) = &options.run_dir {
             refuse_existing_run(dir)?;
         }
     }
     check_exports(&spec.exports)?;
-    if resume.is_none() {
-        check_start_at(spec.start_at, time::OffsetDateTime::now_utc())?;
+    if resuming {
+        return Ok(());
     }
-    let grading = hooks::Grading::new(&spec.graders, &options)?;
-    if resume.is_none() {
-        if let Target::Url {
-            header_names,
-            secret_header_names,
-            ..
-        } = &mut spec.target
-        {
-            *header_names = options.headers.iter().map(|(k, _)| k.clone()).collect();
-            *secret_header_names = options.secret_headers.clone();
-        }
+    check_start_at(spec.start_at, time::OffsetDateTime::now_utc())?;
+    if let Target::Url {
+        header_names,
+        secret_header_names,
+        ..
+    } = &mut spec.target
+    {
+        *header_names = options.headers.iter().map(|(k, _)| k.clone()).collect();
+        *secret_header_names = options.secret_headers.clone();
     }
-    let mut plan = build_plan(&spec, &options).await?;
-    // Digest the whole plan, then keep this shard's part of it.
+    Ok(())
+}
+
+/// Launch stage 2: the plan, its digest (of the whole plan), this shard's part of it, a trace
+/// arrival's rate, and for a resume the sessions still to play.
+async fn plan_run(
+    spec: &mut RunSpec,
+    options: &RunOptions,
+    resume: Option<&resume::Resume>,
+) -> Result<(Plan, (String, Option<bench_workload::shard::ShardInfo>)), RunError> {
+    let mut plan = build_plan(spec, options).await?;
     let plan_digest = bench_workload::shard::plan_digest(&plan);
     let shard = spec
         .shard
@@ -521,46 +299,59 @@ async fn launch(
             }
         }
     }
-    if let Some(r) = &resume {
+    if let Some(r) = resume {
         // The same plan, less the sessions already finished.
         r.check_plan(plan.summary.sessions, plan.summary.turns)?;
         plan.sessions.retain(|s| !r.kept_ids.contains(&*s.id));
     }
-    {
-        // A session in a request holds a connection: a descriptor (two with the embedded
-        // simulator, which holds the other end) and a local port. A run whose sessions are all
-        // in a request together must fit both; one with tool waits between requests holds far
-        // fewer than it has sessions, and is warned instead.
-        let all_at_once = match spec.load {
-            Load::Closed { ramp_up, .. } => {
-                ramp_up.is_none_or(|r| r.is_zero()) || plan.summary.total_tool_wait_s <= 0.0
-            }
-            Load::Open { .. } => false,
-        };
-        let fds_per_session = if spec.is_embedded() { 2 } else { 1 };
-        let in_flight = spec.load.in_flight();
-        let what = format!(
-            "a run with {} sessions in flight",
-            in_flight.map_or_else(|| "unbounded".into(), |c| c.to_string())
-        );
-        let need = in_flight.map(|c| u64::from(c) * fds_per_session + 256);
-        if all_at_once {
-            lifecycle::ensure_open_files(need, &what)?;
-        } else if let Err(RunError::Invalid(e)) = lifecycle::ensure_open_files(need, &what) {
-            options.notice(Notice::Warning(format!(
-                "{e}; with tool waits only the sessions in a request hold a connection, but a \
-                 burst of more requests at once than the limit allows will fail to connect"
-            )));
+    Ok((plan, (plan_digest, shard)))
+}
+
+/// Launch stage 3: the process's descriptor and port limits fit the sessions in flight.
+///
+/// A session in a request holds a connection: a descriptor (two with the embedded simulator,
+/// which holds the other end) and a local port. A run whose sessions are all in a request
+/// together must fit both; one with tool waits between requests holds far fewer than it has
+/// sessions, and is warned instead.
+fn check_limits(spec: &RunSpec, plan: &Plan, options: &RunOptions) -> Result<(), RunError> {
+    let all_at_once = match spec.load {
+        Load::Closed { ramp_up, .. } => {
+            ramp_up.is_none_or(|r| r.is_zero()) || plan.summary.total_tool_wait_s <= 0.0
         }
-        let target = match &spec.target {
-            Target::Url { base_url, .. } => host_port(base_url).to_owned(),
-            Target::Embedded(_) => "the embedded simulator".to_owned(),
-        };
-        if let Some(w) = lifecycle::check_ephemeral_ports(in_flight, all_at_once, &target)? {
-            options.notice(Notice::Warning(w));
-        }
+        Load::Open { .. } => false,
+    };
+    let fds_per_session = if spec.is_embedded() { 2 } else { 1 };
+    let in_flight = spec.load.in_flight();
+    let what = format!(
+        "a run with {} sessions in flight",
+        in_flight.map_or_else(|| "unbounded".into(), |c| c.to_string())
+    );
+    let need = in_flight.map(|c| u64::from(c) * fds_per_session + 256);
+    if all_at_once {
+        lifecycle::ensure_open_files(need, &what)?;
+    } else if let Err(RunError::Invalid(e)) = lifecycle::ensure_open_files(need, &what) {
+        options.notice(Notice::Warning(format!(
+            "{e}; with tool waits only the sessions in a request hold a connection, but a \
+             burst of more requests at once than the limit allows will fail to connect"
+        )));
     }
-    let (embedded, base_url, ready_timeout) = match &spec.target {
+    let target = match &spec.target {
+        Target::Url { base_url, .. } => host_port(base_url).to_owned(),
+        Target::Embedded(_) => "the embedded simulator".to_owned(),
+    };
+    if let Some(w) = lifecycle::check_ephemeral_ports(in_flight, all_at_once, &target)? {
+        options.notice(Notice::Warning(w));
+    }
+    Ok(())
+}
+
+/// Launch stage 4: the server, its URL and how long to wait for it to be ready; the embedded
+/// simulator is started here.
+async fn start_target(
+    spec: &RunSpec,
+    options: &RunOptions,
+) -> Result<(Option<SimServer>, String, Duration), RunError> {
+    Ok(match &spec.target {
         Target::Url {
             base_url,
             ready_timeout,
@@ -579,30 +370,7 @@ async fn launch(
             let url = server.base_url();
             (Some(server), url, Duration::from_secs(60))
         }
-    };
-    let prepared = prepare(
-        &spec,
-        &options,
-        plan,
-        Identity {
-            plan_digest: &plan_digest,
-            shard,
-        },
-        &base_url,
-        ready_timeout,
-        resume.as_mut(),
-    )
-    .await;
-    let prepared = match prepared {
-        Ok(p) => p,
-        Err(e) => {
-            if let Some(s) = embedded {
-                s.shutdown().await;
-            }
-            return Err(e);
-        }
-    };
-    Ok(prepared.spawn(spec, options, resume, embedded, grading))
+    })
 }
 
 /// Refuses a `--start-at` already more than [`spec::START_AT_SLACK`] past at `now`.

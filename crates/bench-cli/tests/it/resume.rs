@@ -301,7 +301,8 @@ fn resume_refuses_a_running_run_and_other_flags_and_asks_for_headers_again() {
     // Configuration flags are recorded, not given again.
     refused(
         &["run", "--resume", dir_s, "-c", "3", "--turns", "4"],
-        "--concurrency, --turns cannot be given",
+        "--concurrency, --turns cannot be given with it (only --header, --secret-header, -q, \
+         --json, --progress-interval, --no-progress-bar can)",
     );
     // The header's value was never recorded: it must come again.
     refused(&["run", "--resume", dir_s], "X-Api-Key");
