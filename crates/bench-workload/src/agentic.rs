@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::format::{Message, SessionRecord, Source, Subagent, SubagentContext, TurnRecord};
+use crate::format::{Message, Source, Subagent, SubagentContext, TraceSession, TraceTurn};
 
 /// Weights of small counts: `1:21/2:8/3:8` draws 1 with weight 21, 2 with 8, 3 with 8.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -272,9 +272,9 @@ impl Gen<'_> {
         (msgs, wait.min(self.gap_cap_ms))
     }
 
-    fn turn(&mut self, index: u32, delta: Vec<Message>, gap: f64) -> TurnRecord {
+    fn turn(&mut self, index: u32, delta: Vec<Message>, gap: f64) -> TraceTurn {
         let answer = self.text(self.spec.output);
-        let mut t = TurnRecord::new(index, delta, answer);
+        let mut t = TraceTurn::new(index, delta, answer);
         t.output_tokens = Some(u64::from(self.spec.output));
         t.pre_gap_ms = Some(gap);
         t
@@ -288,8 +288,8 @@ impl Gen<'_> {
         depth: u32,
         steps: u32,
         p_spawn: f64,
-    ) -> Vec<TurnRecord> {
-        let mut turns: Vec<TurnRecord> = Vec::with_capacity(steps as usize);
+    ) -> Vec<TraceTurn> {
+        let mut turns: Vec<TraceTurn> = Vec::with_capacity(steps as usize);
         let mut joins: Vec<String> = Vec::new();
         for i in 0..steps {
             let mut t = if i == 0 {
@@ -341,7 +341,7 @@ pub fn sessions(
     n: u32,
     seed: u64,
     gap_cap_ms: f64,
-) -> impl Iterator<Item = SessionRecord> + '_ {
+) -> impl Iterator<Item = TraceSession> + '_ {
     (0..n).map(move |s| {
         let mut g = Gen {
             spec,
@@ -358,7 +358,7 @@ pub fn sessions(
         };
         let turns = g.conversation("main", 0, spec.turns, p);
         let subagents = std::mem::take(&mut g.subagents);
-        SessionRecord {
+        TraceSession {
             session_id: format!("agentic-{s}"),
             source: Some(Source {
                 dataset: Some("synthetic".into()),
@@ -386,10 +386,10 @@ mod tests {
             spawns: 4.0,
             ..AgenticSpec::default()
         };
-        let a: Vec<SessionRecord> = sessions(&spec, 20, 7, 30_000.0).collect();
-        let b: Vec<SessionRecord> = sessions(&spec, 20, 7, 30_000.0).collect();
+        let a: Vec<TraceSession> = sessions(&spec, 20, 7, 30_000.0).collect();
+        let b: Vec<TraceSession> = sessions(&spec, 20, 7, 30_000.0).collect();
         assert_eq!(a, b);
-        let c: Vec<SessionRecord> = sessions(&spec, 20, 8, 30_000.0).collect();
+        let c: Vec<TraceSession> = sessions(&spec, 20, 8, 30_000.0).collect();
         assert_ne!(a, c);
         let mut nested = 0;
         for s in &a {
@@ -411,7 +411,7 @@ mod tests {
     #[test]
     fn the_shape_follows_the_knobs() {
         let spec = AgenticSpec::parse("turns=40,spawns=3,fan_out=2:1,subagent_turns=4-4,parallel_tools=3:1,tool_wait_ms=100,tool_wait_sigma=0").unwrap();
-        let all: Vec<SessionRecord> = sessions(&spec, 200, 1, 30_000.0).collect();
+        let all: Vec<TraceSession> = sessions(&spec, 200, 1, 30_000.0).collect();
         let spawns: usize = all.iter().map(|s| s.subagents.len()).sum();
         // 2 subagents per spawn, 3 spawns per session on average.
         let mean = spawns as f64 / 200.0 / 2.0;

@@ -56,7 +56,7 @@ pub struct Message {
 
 /// One recorded turn (one LLM call).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TurnRecord {
+pub struct TraceTurn {
     /// Position in the session, from 0.
     pub index: u32,
     /// Messages appended to the conversation before this turn's request.
@@ -91,10 +91,10 @@ pub struct TurnRecord {
     pub after: Vec<String>,
 }
 
-impl TurnRecord {
+impl TraceTurn {
     /// A turn with only messages and an answer.
     pub fn new(index: u32, input_delta: Vec<Message>, assistant_text: impl Into<String>) -> Self {
-        TurnRecord {
+        TraceTurn {
             index,
             input_delta,
             assistant_text: assistant_text.into(),
@@ -111,7 +111,7 @@ impl TurnRecord {
 
 /// One recorded session (an agent trajectory).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SessionRecord {
+pub struct TraceSession {
     /// Unique within a dataset.
     pub session_id: String,
     /// Provenance.
@@ -122,7 +122,7 @@ pub struct SessionRecord {
     pub system_prompt: Option<String>,
     /// The turns, in order.
     #[serde(default)]
-    pub turns: Vec<TurnRecord>,
+    pub turns: Vec<TraceTurn>,
     /// The tool definitions the agent sent (OpenAI `tools`), when recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<serde_json::Value>,
@@ -145,7 +145,7 @@ pub enum SubagentContext {
     Fresh,
 }
 
-/// One subagent of an agent graph (see [`SessionRecord::subagents`]).
+/// One subagent of an agent graph (see [`TraceSession::subagents`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Subagent {
     /// Unique within its session; not `main`, no `:`.
@@ -163,7 +163,7 @@ pub struct Subagent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
     /// Its turns, in order (indices from 0).
-    pub turns: Vec<TurnRecord>,
+    pub turns: Vec<TraceTurn>,
 }
 
 /// The main conversation's name in node references.
@@ -211,7 +211,7 @@ impl std::fmt::Display for NodeRef {
     }
 }
 
-impl SessionRecord {
+impl TraceSession {
     /// Checks what serde cannot: turn indices in order from 0, finite non-negative gaps and
     /// timestamps, token counts no larger than [`crate::load::MAX_PLAUSIBLE_TOKENS`].
     /// Returns the name of the offending field and what is wrong.
@@ -230,7 +230,7 @@ impl SessionRecord {
     }
 }
 
-fn check_turns(turns: &[TurnRecord], at: &str) -> Result<(), String> {
+fn check_turns(turns: &[TraceTurn], at: &str) -> Result<(), String> {
     {
         for (i, t) in turns.iter().enumerate() {
             if t.index as usize != i {

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use crate::format::{MAIN_AGENT, NodeRef, SessionRecord};
+use crate::format::{MAIN_AGENT, NodeRef, TraceSession};
 
 /// One branch of a resolved graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +48,7 @@ impl Resolved {
     }
 
     /// Node `n` as `agent:turn`.
-    pub fn name(&self, rec: &SessionRecord, n: u32) -> String {
+    pub fn name(&self, rec: &TraceSession, n: u32) -> String {
         let b = self.branch_of[n as usize] as usize;
         let agent = if b == 0 {
             MAIN_AGENT
@@ -61,13 +61,13 @@ impl Resolved {
 
 /// Checks a session's graph: subagent ids, every reference, cycles. The error names the
 /// session and the node.
-pub fn check(rec: &SessionRecord) -> Result<(), String> {
+pub fn check(rec: &TraceSession) -> Result<(), String> {
     resolve(rec).map(|_| ())
 }
 
 /// Resolves a session's references to node numbers, refusing bad ids, dangling references,
 /// references to other sessions, cycles and nodes that can never be sent.
-pub fn resolve(rec: &SessionRecord) -> Result<Resolved, String> {
+pub fn resolve(rec: &TraceSession) -> Result<Resolved, String> {
     let sid = rec.session_id.as_str();
     let mut index: HashMap<&str, usize> = HashMap::new();
     index.insert(MAIN_AGENT, 0);
@@ -224,7 +224,7 @@ pub fn resolve(rec: &SessionRecord) -> Result<Resolved, String> {
 /// Cuts every branch to at most `max_turns` turns. A subagent whose fork node is gone is
 /// dropped (and so are the ones it forked), and a join on a node that is gone is dropped from
 /// the turn's `after`. Returns how many subagents were dropped.
-pub fn cut(rec: &mut SessionRecord, max_turns: usize) -> usize {
+pub fn cut(rec: &mut TraceSession, max_turns: usize) -> usize {
     rec.turns.truncate(max_turns);
     for a in &mut rec.subagents {
         a.turns.truncate(max_turns);
@@ -266,10 +266,10 @@ pub fn cut(rec: &mut SessionRecord, max_turns: usize) -> usize {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::format::{Subagent, SubagentContext, TurnRecord};
+    use crate::format::{Subagent, SubagentContext, TraceTurn};
 
-    fn turns(n: u32) -> Vec<TurnRecord> {
-        (0..n).map(|i| TurnRecord::new(i, vec![], "a")).collect()
+    fn turns(n: u32) -> Vec<TraceTurn> {
+        (0..n).map(|i| TraceTurn::new(i, vec![], "a")).collect()
     }
 
     fn sub(id: &str, after: &str, n: u32) -> Subagent {
@@ -283,10 +283,10 @@ mod tests {
         }
     }
 
-    fn fork_join() -> SessionRecord {
+    fn fork_join() -> TraceSession {
         let mut main = turns(5);
         main[2].after = vec!["a:1".into(), "b:1".into(), "c:1".into()];
-        SessionRecord {
+        TraceSession {
             session_id: "s".into(),
             source: None,
             system_prompt: None,

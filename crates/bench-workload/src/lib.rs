@@ -1,6 +1,6 @@
 //! `bench-workload`: session traces in, a validated plan out.
 //!
-//! * [`mod@format`]: the native session format ([`format::SessionRecord`]).
+//! * [`mod@format`]: the native session format ([`format::TraceSession`]).
 //! * [`load`]: streaming `.jsonl`, `.jsonl.zst`, `.json` and dataset directories.
 //! * [`import`]: LMCache, Mooncake, ShareGPT, OpenAI-messages and SWE-agent traces, and the agent
 //!   graphs of cc-traces, OpenTelemetry GenAI spans and TraceLab, into it.

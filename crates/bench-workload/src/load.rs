@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::PlanError;
-use crate::format::{Manifest, SessionRecord};
+use crate::format::{Manifest, TraceSession};
 
 /// The default cap on one line of a trace, in bytes: 64 MiB (a session of a 1M-token context
 /// is about 4 MB of text; 16 times that is a line no real trace holds).
@@ -160,12 +160,12 @@ fn path_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
 }
 
 /// Parses one session from JSON bytes, naming the failing field.
-pub fn parse_session(bytes: &[u8]) -> Result<SessionRecord, String> {
+pub fn parse_session(bytes: &[u8]) -> Result<TraceSession, String> {
     if bytes.trim_ascii_start().first() != Some(&b'{') {
         return Err(not_a_session(bytes));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let rec: SessionRecord = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let rec: TraceSession = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         use serde_json::error::Category;
         // Where in the record the syntax broke, when serde could tell.
         let at = e.path().to_string();
@@ -234,7 +234,7 @@ fn not_utf8_text(bytes: &[u8]) -> Option<String> {
 pub fn for_each_session(
     path: &Path,
     opts: LoadOptions,
-    sink: &mut dyn FnMut(SessionRecord) -> Result<(), PlanError>,
+    sink: &mut dyn FnMut(TraceSession) -> Result<(), PlanError>,
 ) -> Result<LoadReport, PlanError> {
     let (files, manifest) = dataset_files(path)?;
     let mut report = LoadReport {
@@ -269,7 +269,7 @@ pub fn read_sessions(
     reader: impl Read,
     opts: LoadOptions,
     report: &mut LoadReport,
-    sink: &mut dyn FnMut(SessionRecord) -> Result<(), PlanError>,
+    sink: &mut dyn FnMut(TraceSession) -> Result<(), PlanError>,
 ) -> Result<(), PlanError> {
     let name = file.to_string_lossy();
     report.current = Some(Arc::from(file));
@@ -312,10 +312,10 @@ pub fn read_sessions(
 fn deliver(
     file: &Path,
     line: Option<u64>,
-    r: Result<SessionRecord, String>,
+    r: Result<TraceSession, String>,
     opts: LoadOptions,
     report: &mut LoadReport,
-    sink: &mut dyn FnMut(SessionRecord) -> Result<(), PlanError>,
+    sink: &mut dyn FnMut(TraceSession) -> Result<(), PlanError>,
 ) -> Result<(), PlanError> {
     let r = r.and_then(|rec| {
         let here = report.current.clone().unwrap_or_else(|| Arc::from(file));
@@ -363,7 +363,7 @@ fn read_lines(
     zst: bool,
     opts: LoadOptions,
     report: &mut LoadReport,
-    sink: &mut dyn FnMut(SessionRecord) -> Result<(), PlanError>,
+    sink: &mut dyn FnMut(TraceSession) -> Result<(), PlanError>,
 ) -> Result<(), PlanError> {
     let mut lines = Lines::new(reader, true, opts.max_line_bytes);
     loop {

@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::PlanError;
-use crate::format::{Manifest, SessionRecord, SubagentContext, TurnRecord};
+use crate::format::{Manifest, SubagentContext, TraceSession, TraceTurn};
 use crate::load::{self, LoadOptions, LoadReport};
 use crate::tokenize::{TokenCounter, TokenizerSpec};
 
@@ -1024,7 +1024,7 @@ struct CandTurn {
     delta: Vec<(Role, u32, Option<Arc<str>>)>,
     answer: u32,
     answer_extra: Option<Arc<str>>,
-    rec: TurnRecord,
+    rec: TraceTurn,
 }
 
 /// Recording-rate table of agentic-bench 0.2.0 (Apache-2.0; `data/NOTICE`): output tok/s of
@@ -1288,7 +1288,7 @@ fn synthetic_sessions(
     n: u32,
     seed: u64,
     gap_cap_ms: f64,
-) -> impl Iterator<Item = SessionRecord> + '_ {
+) -> impl Iterator<Item = TraceSession> + '_ {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5e55_1011);
     (0..n).map(move |s| {
         let turns = (0..spec.turns)
@@ -1300,7 +1300,7 @@ fn synthetic_sessions(
                 );
                 let answer =
                     crate::text::filler(seed ^ base.wrapping_mul(0x85eb_ca6b) ^ 1, spec.output_len);
-                let mut rec = TurnRecord::new(
+                let mut rec = TraceTurn::new(
                     t,
                     vec![crate::format::Message {
                         role: "user".into(),
@@ -1318,7 +1318,7 @@ fn synthetic_sessions(
                 rec
             })
             .collect();
-        SessionRecord {
+        TraceSession {
             session_id: format!("random-{s}"),
             source: Some(crate::format::Source {
                 dataset: Some("random".into()),
@@ -1359,7 +1359,7 @@ pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Pl
         let min_turns = |c: &PlanConfig| c.min_turns.unwrap_or(1);
         // `exact`: the session is synthetic filler whose user messages and answers have these
         // token counts by construction (`TokenCounter::filler_is_exact`).
-        let mut take = |rec: SessionRecord,
+        let mut take = |rec: TraceSession,
                         cfg: &PlanConfig,
                         summary: &mut PlanSummary,
                         interner: &mut Interner,

@@ -8,7 +8,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::PlanError;
-use crate::format::SessionRecord;
+use crate::format::TraceSession;
 
 enum Sink {
     Plain(BufWriter<File>),
@@ -67,7 +67,7 @@ impl SessionWriter {
     }
 
     /// Appends one session.
-    pub fn write(&mut self, s: &SessionRecord) -> Result<(), PlanError> {
+    pub fn write(&mut self, s: &TraceSession) -> Result<(), PlanError> {
         let mut line = serde_json::to_vec(s).map_err(|e| io_err(&self.target, e))?;
         line.push(b'\n');
         let r = match self.sink.as_mut() {

@@ -8,7 +8,7 @@ use std::io::Cursor;
 use std::path::Path;
 
 use bench_fuzz::{scratch_dir, write_file, zstd};
-use bench_workload::format::SessionRecord;
+use bench_workload::format::TraceSession;
 use bench_workload::load::{LoadOptions, LoadReport, for_each_session, read_sessions};
 use libfuzzer_sys::fuzz_target;
 
@@ -28,7 +28,7 @@ const MODES: [(&str, bool, bool); 8] = [
 
 const ONE_SESSION: &[u8] = br#"{"session_id":"s","turns":[{"index":0,"input_delta":[{"role":"user","content":"hi"}],"assistant_text":"yo"}]}"#;
 
-fn sink(s: SessionRecord) -> Result<(), bench_workload::PlanError> {
+fn sink(s: TraceSession) -> Result<(), bench_workload::PlanError> {
     assert!(s.check().is_ok(), "the loader handed on an invalid session");
     Ok(())
 }

@@ -22,7 +22,7 @@ use super::{
     opt_u64_at, read_document, req_u64_at,
 };
 use crate::format::{
-    MAIN_AGENT, Message, SessionRecord, Source, Subagent, SubagentContext, TurnRecord,
+    MAIN_AGENT, Message, Source, Subagent, SubagentContext, TraceSession, TraceTurn,
 };
 
 /// Largest accepted `in` (tokens), as for Mooncake's `input_length`.
@@ -477,7 +477,7 @@ fn ms(seconds: f64) -> f64 {
     (seconds * 1e6).round() / 1e3
 }
 
-fn build(ctx: &mut Ctx<'_>, mut trace: Trace, session_id: String) -> SessionRecord {
+fn build(ctx: &mut Ctx<'_>, mut trace: Trace, session_id: String) -> TraceSession {
     place(ctx, &mut trace.items, 0.0);
     let mut graph = Graph {
         branches: vec![Branch {
@@ -585,7 +585,7 @@ fn build(ctx: &mut Ctx<'_>, mut trace: Trace, session_id: String) -> SessionReco
                     }
                 }
             };
-            let mut turn = TurnRecord::new(t as u32, input_delta, texts.answer(b, t));
+            let mut turn = TraceTurn::new(t as u32, input_delta, texts.answer(b, t));
             turn.input_tokens = Some(call.input);
             turn.output_tokens = Some(call.output);
             turn.pre_gap_ms = Some(pre_gap_ms);
@@ -617,7 +617,7 @@ fn build(ctx: &mut Ctx<'_>, mut trace: Trace, session_id: String) -> SessionReco
         .model
         .clone()
         .or(trace.model);
-    SessionRecord {
+    TraceSession {
         session_id,
         source: Some(Source {
             dataset: Some("cc-traces".to_string()),
@@ -637,7 +637,7 @@ fn session(
     v: &Value,
     at: &str,
     default_id: String,
-) -> Result<SessionRecord, String> {
+) -> Result<TraceSession, String> {
     let trace = parse_trace(v, at)?;
     if !trace.items.iter().any(|i| matches!(i, Item::Call(_))) {
         return Err(format!(

@@ -13,7 +13,7 @@ use super::{
     Ctx, ImportError, NoteKind, for_each_json_line, i64_field, id_string, no_sessions, open,
     required, take_string,
 };
-use crate::format::{Message, SessionRecord, Source, TurnRecord};
+use crate::format::{Message, Source, TraceSession, TraceTurn};
 
 /// One recorded call.
 struct Call {
@@ -125,7 +125,7 @@ pub(crate) fn import(
     Ok(())
 }
 
-fn build_session(ctx: &mut Ctx<'_>, id: String, mut calls: Vec<Call>, t0: i64) -> SessionRecord {
+fn build_session(ctx: &mut Ctx<'_>, id: String, mut calls: Vec<Call>, t0: i64) -> TraceSession {
     if !calls
         .windows(2)
         .all(|w| w[0].timestamp_us <= w[1].timestamp_us)
@@ -157,7 +157,7 @@ fn build_session(ctx: &mut Ctx<'_>, id: String, mut calls: Vec<Call>, t0: i64) -
                 )
             }
         };
-        let mut turn = TurnRecord::new(
+        let mut turn = TraceTurn::new(
             turns.len() as u32,
             vec![Message {
                 role: "user".to_string(),
@@ -171,7 +171,7 @@ fn build_session(ctx: &mut Ctx<'_>, id: String, mut calls: Vec<Call>, t0: i64) -
         turns.push(turn);
         prev = Some(call);
     }
-    SessionRecord {
+    TraceSession {
         session_id: id,
         source: Some(Source {
             dataset: Some("lmcache".to_string()),

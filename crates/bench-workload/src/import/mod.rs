@@ -1,4 +1,4 @@
-//! Importers: convert third-party traces into native [`SessionRecord`]s.
+//! Importers: convert third-party traces into native [`TraceSession`]s.
 //!
 //! Supported formats (see `docs/importers.md` for each one's assumptions):
 //!
@@ -53,7 +53,7 @@ use std::str::FromStr;
 
 use serde_json::{Map, Value};
 
-use crate::format::{Message, SessionRecord, TurnRecord};
+use crate::format::{Message, TraceSession, TraceTurn};
 use crate::load::{self, BOM};
 
 pub use mooncake::block_text as mooncake_block_text;
@@ -292,12 +292,12 @@ pub fn import_to_file(
 }
 
 /// Imports `inputs` (files or directories) in `format`, handing each session to `sink` in input
-/// order. Every session passes [`SessionRecord::check`] first.
+/// order. Every session passes [`TraceSession::check`] first.
 pub fn import(
     format: ImportFormat,
     inputs: &[PathBuf],
     opts: &ImportOptions,
-    sink: &mut dyn FnMut(SessionRecord) -> Result<(), ImportError>,
+    sink: &mut dyn FnMut(TraceSession) -> Result<(), ImportError>,
 ) -> Result<ImportStats, ImportError> {
     if inputs.is_empty() {
         return Err(ImportError::new(
@@ -508,7 +508,7 @@ impl Notes {
 /// The state one import threads through the format modules.
 pub(crate) struct Ctx<'a> {
     opts: &'a ImportOptions,
-    sink: &'a mut dyn FnMut(SessionRecord) -> Result<(), ImportError>,
+    sink: &'a mut dyn FnMut(TraceSession) -> Result<(), ImportError>,
     stats: ImportStats,
     notes: Notes,
     ids: HashSet<String>,
@@ -547,12 +547,12 @@ impl Ctx<'_> {
     }
 
     /// Checks `session`, makes its id unique and hands it to the sink. A session failing
-    /// [`SessionRecord::check`] is treated as a malformed record of `file`/`line`.
+    /// [`TraceSession::check`] is treated as a malformed record of `file`/`line`.
     pub(crate) fn emit(
         &mut self,
         file: &Path,
         line: Option<u64>,
-        mut session: SessionRecord,
+        mut session: TraceSession,
     ) -> Result<(), ImportError> {
         if let Err(e) = session.check() {
             return self.invalid(ImportError::new(file, line, e));
@@ -756,7 +756,7 @@ pub(crate) fn import_lines(
     path: &Path,
     reader: Box<dyn BufRead>,
     stem: &str,
-    per_record: impl Fn(&mut Ctx<'_>, &Value, String) -> Result<(SessionRecord, usize), String>,
+    per_record: impl Fn(&mut Ctx<'_>, &Value, String) -> Result<(TraceSession, usize), String>,
 ) -> Result<(), ImportError> {
     let mut index = 0usize;
     for_each_json_line(ctx, path, reader, &mut |ctx, line, value| {
@@ -921,7 +921,7 @@ pub(crate) struct ChatMessage {
 /// A conversation cut into turns.
 pub(crate) struct Turns {
     pub(crate) system_prompt: Option<String>,
-    pub(crate) turns: Vec<TurnRecord>,
+    pub(crate) turns: Vec<TraceTurn>,
     /// Messages after the last assistant answer (dropped).
     pub(crate) trailing: usize,
 }
@@ -939,7 +939,7 @@ pub(crate) fn build_turns(messages: Vec<ChatMessage>) -> Turns {
     for m in iter {
         if m.role == "assistant" {
             let mut turn =
-                TurnRecord::new(turns.len() as u32, std::mem::take(&mut pending), m.content);
+                TraceTurn::new(turns.len() as u32, std::mem::take(&mut pending), m.content);
             turn.tool_calls = m.tool_calls.filter(|v| !v.is_null());
             turns.push(turn);
         } else {
@@ -1006,7 +1006,7 @@ pub(crate) fn emit_conversation(
     ctx: &mut Ctx<'_>,
     file: &Path,
     line: Option<u64>,
-    session: SessionRecord,
+    session: TraceSession,
     trailing: usize,
 ) -> Result<(), ImportError> {
     if session.turns.is_empty() {

@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::{
     Ctx, ImportError, NoteKind, as_object, file_stem, for_each_json_line, open, u64_field,
 };
-use crate::format::{Message, SessionRecord, Source, TurnRecord};
+use crate::format::{Message, Source, TraceSession, TraceTurn};
 // One-token words shared with the synthetic workload (64 = 2^6: a 32-bit draw picks one
 // without bias).
 use crate::text::WORDS;
@@ -146,7 +146,7 @@ pub(crate) fn import_file(ctx: &mut Ctx<'_>, path: &Path) -> Result<(), ImportEr
         if filled {
             ctx.note(NoteKind::MooncakeFiller, 1);
         }
-        let mut turn = TurnRecord::new(
+        let mut turn = TraceTurn::new(
             0,
             vec![Message {
                 role: "user".to_string(),
@@ -159,7 +159,7 @@ pub(crate) fn import_file(ctx: &mut Ctx<'_>, path: &Path) -> Result<(), ImportEr
         turn.output_tokens = Some(req.output_length);
         turn.pre_gap_ms = Some(0.0);
         turn.timestamp_ms = Some(req.timestamp_ms as f64);
-        let session = SessionRecord {
+        let session = TraceSession {
             session_id,
             source: Some(Source {
                 dataset: Some("mooncake".to_string()),

@@ -11,7 +11,7 @@ use super::{
     cursor, describe, emit_conversation, file_stem, id_string, import_lines, is_jsonl, open,
     read_document,
 };
-use crate::format::SessionRecord;
+use crate::format::TraceSession;
 
 /// Reads a message list (`what` names it in errors); returns the messages and the number of
 /// non-text content parts dropped.
@@ -117,7 +117,7 @@ fn session(ctx: &mut Ctx<'_>, value: &Value, at: &str, default_id: String) -> Se
     ctx.note(NoteKind::PartsDropped, dropped);
     let turns = build_turns(msgs);
     Ok((
-        SessionRecord {
+        TraceSession {
             session_id,
             source: None,
             system_prompt: turns.system_prompt,
@@ -129,7 +129,7 @@ fn session(ctx: &mut Ctx<'_>, value: &Value, at: &str, default_id: String) -> Se
     ))
 }
 
-type SessionResult = Result<(SessionRecord, usize), String>;
+type SessionResult = Result<(TraceSession, usize), String>;
 
 /// Whether a top-level array holds many sessions (arrays, or objects with `messages`) rather
 /// than the messages of one session.

@@ -20,7 +20,7 @@ use super::{
     opt_time_at, read_document,
 };
 use crate::format::{
-    MAIN_AGENT, Message, SessionRecord, Source, Subagent, SubagentContext, TurnRecord,
+    MAIN_AGENT, Message, Source, Subagent, SubagentContext, TraceSession, TraceTurn,
 };
 
 /// One message, normalised from either the semantic conventions' `parts` form or the OpenAI
@@ -497,7 +497,7 @@ fn session(
     spans: &[Value],
     at: &str,
     session_id: String,
-) -> Result<Option<SessionRecord>, String> {
+) -> Result<Option<TraceSession>, String> {
     let mut dropped_parts = 0;
     let (spans, mut calls, no_messages, duplicates) = parse_spans(spans, at, &mut dropped_parts)?;
     ctx.note(NoteKind::PartsDropped, dropped_parts);
@@ -724,7 +724,7 @@ fn session(
     let name = |c: usize| format!("{}:{}", branches[branch_of[c]].name, turn_of[c]);
     let t0 = calls[0].start;
     let mut rewritten = 0;
-    let mut built: Vec<Vec<TurnRecord>> = Vec::with_capacity(branches.len());
+    let mut built: Vec<Vec<TraceTurn>> = Vec::with_capacity(branches.len());
     for br in &branches {
         let mut turns = Vec::with_capacity(br.nodes.len());
         for (t, &i) in br.nodes.iter().enumerate() {
@@ -774,7 +774,7 @@ fn session(
                 .chain(joins_of[i].iter().copied())
                 .map(|d| calls[d].end)
                 .max();
-            let mut turn = TurnRecord::new(t as u32, delta, x.output.text.clone());
+            let mut turn = TraceTurn::new(t as u32, delta, x.output.text.clone());
             turn.tool_calls = tool_calls_json(&x.output);
             turn.input_tokens = x.input_tokens;
             turn.output_tokens = x.output_tokens;
@@ -812,7 +812,7 @@ fn session(
         .first()
         .filter(|m| m.role == "system")
         .map(|m| m.text.clone());
-    Ok(Some(SessionRecord {
+    Ok(Some(TraceSession {
         session_id,
         source: Some(Source {
             dataset: Some("otel".to_string()),
@@ -833,7 +833,7 @@ fn document(
     v: &Value,
     at: &str,
     default_id: String,
-) -> Result<Option<SessionRecord>, String> {
+) -> Result<Option<TraceSession>, String> {
     if let Value::Array(spans) = v {
         return session(
             ctx,
@@ -862,7 +862,7 @@ fn emit(
     ctx: &mut Ctx<'_>,
     path: &Path,
     line: Option<u64>,
-    r: Result<Option<SessionRecord>, String>,
+    r: Result<Option<TraceSession>, String>,
 ) -> Result<(), ImportError> {
     match r {
         Ok(Some(s)) => ctx.emit(path, line, s),

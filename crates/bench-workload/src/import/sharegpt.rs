@@ -9,7 +9,7 @@ use super::{
     ChatMessage, Ctx, Document, ImportError, as_object, build_turns, cursor, describe,
     emit_conversation, file_stem, id_string, import_lines, is_jsonl, open, read_document,
 };
-use crate::format::{SessionRecord, Source};
+use crate::format::{Source, TraceSession};
 
 /// Maps a ShareGPT speaker to a chat role.
 fn role(from: &str) -> String {
@@ -27,7 +27,7 @@ fn conversation(
     value: &Value,
     at: &str,
     default_id: String,
-) -> Result<(SessionRecord, usize), String> {
+) -> Result<(TraceSession, usize), String> {
     let obj = as_object(value, &format!("{at}conversation"))?;
     let session_id = match obj.get("id") {
         None | Some(Value::Null) => default_id,
@@ -90,7 +90,7 @@ fn conversation(
             turns.system_prompt = Some(s.clone());
         }
     }
-    let session = SessionRecord {
+    let session = TraceSession {
         session_id,
         source: Some(Source {
             dataset: Some("sharegpt".to_string()),

@@ -10,7 +10,7 @@ use super::{
     Ctx, Document, ImportError, NoteKind, as_object, build_turns, describe, emit_conversation,
     file_stem, read_document,
 };
-use crate::format::{SessionRecord, Source};
+use crate::format::{Source, TraceSession};
 
 /// The model that produced the trajectory, from the first of: `replay_config` (a JSON string or
 /// object) `.agent.model.name`/`.model_name`, `config.agent.model.name`/`.model_name`,
@@ -42,7 +42,7 @@ fn model(traj: &Value) -> Option<String> {
         .filter(|m| !m.is_empty())
 }
 
-fn session(traj: &Value, session_id: String) -> Result<(SessionRecord, usize, u64), String> {
+fn session(traj: &Value, session_id: String) -> Result<(TraceSession, usize, u64), String> {
     let obj = as_object(traj, "trajectory file")?;
     let history = match obj.get("history") {
         Some(Value::Array(a)) => a,
@@ -72,7 +72,7 @@ fn session(traj: &Value, session_id: String) -> Result<(SessionRecord, usize, u6
     }
     let turns = build_turns(msgs);
     Ok((
-        SessionRecord {
+        TraceSession {
             session_id,
             source: Some(Source {
                 agent: Some("swe-agent".to_string()),

@@ -20,7 +20,7 @@ use super::{
     opt_f64_at, opt_str_at, opt_time_at, opt_u64_at, read_document, req_u64_at,
 };
 use crate::format::{
-    MAIN_AGENT, Message, SessionRecord, Source, Subagent, SubagentContext, TurnRecord,
+    MAIN_AGENT, Message, Source, Subagent, SubagentContext, TraceSession, TraceTurn,
 };
 
 /// Tool names that run a subagent (Claude Code's `Agent`, formerly `Task`; Codex's agent
@@ -324,7 +324,7 @@ fn filler(key: &str, tokens: u64) -> String {
 }
 
 /// Builds the session of a main session and its subagent sessions.
-fn family(ctx: &mut Ctx<'_>, raw: Vec<(String, Vec<Round>)>) -> SessionRecord {
+fn family(ctx: &mut Ctx<'_>, raw: Vec<(String, Vec<Round>)>) -> TraceSession {
     let mut taken = HashSet::from([MAIN_AGENT.to_string()]);
     let mut members: Vec<Member> = raw
         .into_iter()
@@ -442,7 +442,7 @@ fn family(ctx: &mut Ctx<'_>, raw: Vec<(String, Vec<Round>)>) -> SessionRecord {
         .min();
     let name = |(m, r): (usize, usize)| format!("{}:{r}", members[m].name);
     let mut untimed = 0;
-    let mut built: Vec<(Option<String>, Vec<TurnRecord>)> = Vec::with_capacity(members.len());
+    let mut built: Vec<(Option<String>, Vec<TraceTurn>)> = Vec::with_capacity(members.len());
     for (mi, member) in members.iter().enumerate() {
         let mut system_prompt = None;
         let mut turns = Vec::with_capacity(member.rounds.len());
@@ -510,7 +510,7 @@ fn family(ctx: &mut Ctx<'_>, raw: Vec<(String, Vec<Round>)>) -> SessionRecord {
                     }
                 }
             };
-            let mut turn = TurnRecord::new(
+            let mut turn = TraceTurn::new(
                 r as u32,
                 input_delta,
                 filler(&format!("{key}\u{1}out"), round.output),
@@ -548,7 +548,7 @@ fn family(ctx: &mut Ctx<'_>, raw: Vec<(String, Vec<Round>)>) -> SessionRecord {
         .collect();
     subagents.sort_by_key(|(s, _)| *s);
     let main = &members[0].rounds[0];
-    SessionRecord {
+    TraceSession {
         session_id: members[0].session.clone(),
         source: Some(Source {
             dataset: Some("tracelab".to_string()),

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bench_workload::format::{SessionRecord, SubagentContext, TurnRecord};
+use bench_workload::format::{SubagentContext, TraceSession, TraceTurn};
 use bench_workload::graph;
 use bench_workload::import::{
     ImportError, ImportFormat, ImportOptions, ImportStats, import, mooncake_block_text,
@@ -20,7 +20,7 @@ fn run_with(
     format: ImportFormat,
     inputs: &[PathBuf],
     opts: &ImportOptions,
-) -> Result<(Vec<SessionRecord>, ImportStats), ImportError> {
+) -> Result<(Vec<TraceSession>, ImportStats), ImportError> {
     let mut out = Vec::new();
     let stats = import(format, inputs, opts, &mut |s| {
         out.push(s);
@@ -29,11 +29,11 @@ fn run_with(
     Ok((out, stats))
 }
 
-fn run(format: ImportFormat, path: &Path) -> (Vec<SessionRecord>, ImportStats) {
+fn run(format: ImportFormat, path: &Path) -> (Vec<TraceSession>, ImportStats) {
     run_with(format, &[path.to_path_buf()], &ImportOptions::default()).unwrap()
 }
 
-fn one(format: ImportFormat, path: &Path) -> (SessionRecord, ImportStats) {
+fn one(format: ImportFormat, path: &Path) -> (TraceSession, ImportStats) {
     let (mut s, stats) = run(format, path);
     assert_eq!(s.len(), 1, "{}", path.display());
     (s.remove(0), stats)
@@ -80,7 +80,7 @@ fn close(a: Option<f64>, b: f64, what: &str) {
 /// One node of the expected graph: input/output tokens, gap and start (ms).
 struct Node(u64, u64, f64, f64);
 
-fn check_turns(who: &str, turns: &[TurnRecord], expect: &[Node]) {
+fn check_turns(who: &str, turns: &[TraceTurn], expect: &[Node]) {
     assert_eq!(turns.len(), expect.len(), "{who}: number of turns");
     for (k, (t, e)) in turns.iter().zip(expect).enumerate() {
         assert_eq!(t.index as usize, k);
@@ -95,7 +95,7 @@ fn check_turns(who: &str, turns: &[TurnRecord], expect: &[Node]) {
 /// forked after M2 (main:1) with two calls each, J (main:2) joining the last call of each.
 /// `subs` are the subagents' ids; `join_gap_ms` / `join_start_ms` are J's wait and start,
 /// which the formats record differently.
-fn check_fork_join(s: &SessionRecord, dataset: &str, subs: [&str; 3], join: (f64, f64)) {
+fn check_fork_join(s: &TraceSession, dataset: &str, subs: [&str; 3], join: (f64, f64)) {
     assert_eq!(
         s.source.as_ref().and_then(|s| s.dataset.as_deref()),
         Some(dataset)
@@ -161,7 +161,7 @@ fn check_fork_join(s: &SessionRecord, dataset: &str, subs: [&str; 3], join: (f64
 /// A turn's replayed prompt (text tokens) and every node's: the branch's system prompt, the
 /// inputs and answers before it, the answers it joins; a subagent starts from its own system
 /// prompt (fresh) or the fork node's conversation.
-fn replayed_prompts(s: &SessionRecord) -> Vec<Vec<u64>> {
+fn replayed_prompts(s: &TraceSession) -> Vec<Vec<u64>> {
     let answer = |node: &str| -> u64 {
         let (agent, turn) = node.rsplit_once(':').unwrap();
         let turn: usize = turn.parse().unwrap();
@@ -176,7 +176,7 @@ fn replayed_prompts(s: &SessionRecord) -> Vec<Vec<u64>> {
         };
         words(&turns[turn].assistant_text)
     };
-    let walk = |start: u64, turns: &[TurnRecord]| -> Vec<u64> {
+    let walk = |start: u64, turns: &[TraceTurn]| -> Vec<u64> {
         let mut ctx = start;
         let mut out = Vec::new();
         for t in turns {

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use bench_workload::format::SessionRecord;
+use bench_workload::format::TraceSession;
 use bench_workload::import::{
     ImportError, ImportFormat, ImportOptions, ImportStats, import, mooncake_block_text,
 };
@@ -20,7 +20,7 @@ fn run(
     format: ImportFormat,
     inputs: &[PathBuf],
     opts: &ImportOptions,
-) -> Result<(Vec<SessionRecord>, ImportStats), ImportError> {
+) -> Result<(Vec<TraceSession>, ImportStats), ImportError> {
     let mut out = Vec::new();
     let stats = import(format, inputs, opts, &mut |s| {
         out.push(s);
@@ -29,7 +29,7 @@ fn run(
     Ok((out, stats))
 }
 
-fn run_ok(format: ImportFormat, inputs: &[PathBuf]) -> (Vec<SessionRecord>, ImportStats) {
+fn run_ok(format: ImportFormat, inputs: &[PathBuf]) -> (Vec<TraceSession>, ImportStats) {
     run(format, inputs, &ImportOptions::default()).unwrap()
 }
 
@@ -41,7 +41,7 @@ fn run_err(format: ImportFormat, inputs: &[PathBuf], opts: &ImportOptions) -> Im
 }
 
 /// Checks what every import must guarantee.
-fn common_checks(sessions: &[SessionRecord], stats: &ImportStats) {
+fn common_checks(sessions: &[TraceSession], stats: &ImportStats) {
     assert_eq!(stats.sessions as usize, sessions.len());
     assert_eq!(
         stats.turns as usize,
@@ -532,7 +532,7 @@ fn sharegpt_bad_field_names_path() {
 
 type Msg = (String, String);
 
-fn rebuild(s: &SessionRecord) -> Vec<Msg> {
+fn rebuild(s: &TraceSession) -> Vec<Msg> {
     let mut out = Vec::new();
     if let Some(sp) = &s.system_prompt {
         out.push(("system".to_string(), sp.clone()));
