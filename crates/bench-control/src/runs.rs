@@ -1125,16 +1125,18 @@ impl Control {
         })
     }
 
-    async fn drive_replay(
+    /// The options of a replay this control plane plays into `entry`: its directory, the
+    /// request's headers, the configured secrets, graders and hooks, the entry's live figures
+    /// and event log.
+    fn run_options(
         &self,
         entry: &RunEntry,
-        spec: RunSpec,
         headers: Vec<(String, String)>,
         secret_headers: Vec<String>,
-    ) {
+    ) -> RunOptions {
         let mut hooks: Vec<Arc<dyn Hooks>> = vec![entry.live.clone()];
         hooks.extend(self.cfg.hooks.iter().cloned());
-        let options = RunOptions {
+        RunOptions {
             run_dir: Some(entry.dir.clone()),
             headers,
             secret_headers,
@@ -1144,7 +1146,17 @@ impl Control {
             hooks,
             graders: self.cfg.graders.clone(),
             ..RunOptions::default()
-        };
+        }
+    }
+
+    async fn drive_replay(
+        &self,
+        entry: &RunEntry,
+        spec: RunSpec,
+        headers: Vec<(String, String)>,
+        secret_headers: Vec<String>,
+    ) {
+        let options = self.run_options(entry, headers, secret_headers);
         let Some(handle) = started(entry, bench_run::start(spec, options)).await else {
             return;
         };
@@ -1243,8 +1255,6 @@ impl Control {
         headers: Vec<(String, String)>,
         secret_headers: Vec<String>,
     ) {
-        let mut hooks: Vec<Arc<dyn Hooks>> = vec![entry.live.clone()];
-        hooks.extend(self.cfg.hooks.iter().cloned());
         let stop = Arc::new(Stopper::default());
         let feed = Arc::new(SweepFeed {
             log: entry.log.clone(),
@@ -1252,15 +1262,10 @@ impl Control {
         });
         let options = SweepOptions {
             dir: Some(entry.dir.clone()),
+            // Each point's run directory is DIR/<point>, not the entry's.
             run: RunOptions {
-                headers,
-                secret_headers,
-                secrets: self.cfg.secrets.clone(),
-                observers: vec![entry.live.clone()],
-                notices: Some(Self::notices(&entry.log)),
-                hooks,
-                graders: self.cfg.graders.clone(),
-                ..RunOptions::default()
+                run_dir: None,
+                ..self.run_options(entry, headers, secret_headers)
             },
             stop: stop.clone(),
             observer: Some(feed.clone()),
