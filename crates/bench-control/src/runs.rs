@@ -829,13 +829,6 @@ fn first_and_last_lines(path: &Path) -> Option<(String, Option<String>)> {
     Some((first, last))
 }
 
-/// The fields of `run.json` a summary needs.
-#[derive(serde::Deserialize)]
-struct SpecHead {
-    #[serde(default)]
-    spec: Option<Value>,
-}
-
 fn disk_summary(dir: &Path, kind: RunKind, by: StopBy, reason: &str) -> Option<Summary> {
     match kind {
         RunKind::Replay => {
@@ -843,12 +836,8 @@ fn disk_summary(dir: &Path, kind: RunKind, by: StopBy, reason: &str) -> Option<S
                 serde_json::from_slice(&std::fs::read(dir.join(files::RESULT)).ok()?).ok()?;
             let mut s = Summary::from_result(&r, Some(by), Some(reason.to_owned()));
             // The gate, as bench run judged it (bench_run::gate).
-            let spec = std::fs::read(dir.join(files::RUN_JSON))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<SpecHead>(&b).ok())
-                .and_then(|h| h.spec)
-                .and_then(|v| serde_json::from_value::<RunSpec>(v).ok());
-            if let Some(spec) = spec {
+            let doc = bench_run::run_json::read::<bench_run::run_json::ReplayRunJson>(dir);
+            if let Ok(bench_run::run_json::ReplayRunJson { spec, .. }) = doc {
                 let j = &spec.judge;
                 let v = bench_run::gate(
                     s.turns_total,

@@ -24,6 +24,7 @@ pub mod sweep;
 pub use bench_rundir::record;
 
 mod console;
+mod judge;
 mod markdown;
 mod result;
 mod sessions;
@@ -33,6 +34,7 @@ mod validity;
 pub use bench_stats as stats;
 
 pub use bench_stats::{ITL_EXACT_LIMIT, PooledDist, percentile};
+pub use judge::Judge;
 pub use record::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
 pub use report::{ReportData, ServerPoint};
 pub use result::{

@@ -21,14 +21,13 @@ pub const DEFAULT_STEADY_FRAC: f64 = 0.9;
 pub struct RunInfo {
     /// Target concurrency `C` (sessions in flight).
     pub concurrency: u32,
-    /// A turn is in the steady window when at least `ceil(steady_frac × C)` sessions were active
-    /// when it was sent ([`DEFAULT_STEADY_FRAC`] by default).
-    pub steady_frac: f64,
+    /// How the run is judged: the steady window's `steady_frac` (a turn is in it when at
+    /// least `ceil(steady_frac × C)` sessions were active when it was sent), goodput's SLO
+    /// and the warm-cache check's block size.
+    pub judge: crate::Judge,
     /// Wall time of the measured run (warmup excluded), s: the denominator of the whole-run
     /// throughputs. Not positive or not finite: the span of the run's ok turns is used instead.
     pub duration_s: f64,
-    /// Latency bounds for goodput and SLO attainment, if given.
-    pub slo: Option<Slo>,
     /// The resolved run config, echoed into `result.json` as `config`.
     pub config: serde_json::Value,
     /// Sessions arrived on a schedule (open loop): the steady window is then cut by time,
@@ -48,9 +47,8 @@ impl Default for RunInfo {
     fn default() -> Self {
         Self {
             concurrency: 1,
-            steady_frac: DEFAULT_STEADY_FRAC,
+            judge: crate::Judge::default(),
             duration_s: 0.0,
-            slo: None,
             config: serde_json::Value::Null,
             open_loop: false,
             server: None,
@@ -106,12 +104,20 @@ pub struct RunResult {
 impl RunResult {
     /// (Re)computes [`RunResult::validity`] from the result as it stands (`server` and
     /// `client` filled in) and the run's records.
-    pub fn assess_validity(&mut self, records: &[TurnRecord], open_loop: bool) {
+    /// `cache_block_size` is the server's KV block size as the run was told it
+    /// ([`crate::Judge::cache_block_size`]), for when its `/metrics` does not say.
+    pub fn assess_validity(
+        &mut self,
+        records: &[TurnRecord],
+        open_loop: bool,
+        cache_block_size: Option<u32>,
+    ) {
         self.validity = Some(crate::validity::Validity::assess(
             self,
             records,
             open_loop,
             self.client.as_ref(),
+            cache_block_size,
         ));
     }
 }
@@ -435,7 +441,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
             None => ("whole_run", 0, ok.clone()),
         }
     } else {
-        let m = min_active(info.steady_frac, info.concurrency);
+        let m = min_active(info.judge.steady_frac, info.concurrency);
         let steady = ok
             .iter()
             .copied()
@@ -452,7 +458,8 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         let (s, e) = time_range(&ok);
         positive(e.zip(s).map(|(e, s)| e - s))
     };
-    let slo = info.slo.as_ref();
+    let slo = info.judge.slo();
+    let slo = slo.as_ref();
 
     let mut summary = Summary {
         steady: Metrics::from_turns(&steady, steady_span, slo),
@@ -499,7 +506,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         schema_version: SCHEMA_VERSION,
         generated_by: format!("bench {}", env!("CARGO_PKG_VERSION")),
         config: info.config.clone(),
-        slo: info.slo,
+        slo: slo.copied(),
         summary,
         overall: Metrics::from_turns(&ok, overall_span, slo),
         server: info.server.clone(),
@@ -511,7 +518,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         steady_window: SteadyWindow {
             rule: rule.to_owned(),
             concurrency: info.concurrency,
-            steady_frac: info.steady_frac,
+            steady_frac: info.judge.steady_frac,
             min_active,
             turns: steady.len() as u64,
             turns_total: measured.len() as u64,
@@ -520,7 +527,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
             concurrency_histogram,
         },
     };
-    result.assess_validity(records, info.open_loop);
+    result.assess_validity(records, info.open_loop, info.judge.cache_block_size);
     if let Some(v) = result.validity.as_mut() {
         for c in &info.checks {
             v.add(c.clone());

@@ -200,6 +200,7 @@ impl Validity {
         records: &[TurnRecord],
         open_loop: bool,
         client: Option<&ClientCpu>,
+        cache_block_size: Option<u32>,
     ) -> Validity {
         let measured: Vec<&TurnRecord> = records
             .iter()
@@ -422,7 +423,7 @@ impl Validity {
         });
 
         checks.push(token_estimate(&measured));
-        checks.push(warm_cache(result, &measured));
+        checks.push(warm_cache(result, &measured, cache_block_size));
 
         let verdict = verdict_of(&checks);
         Validity { verdict, checks }
@@ -541,33 +542,28 @@ fn token_estimate(measured: &[&TurnRecord]) -> Check {
     )
 }
 
-/// The server's block size: from its `/metrics` (`result.server.block_size`), else the run's
-/// `--cache-block-size` (`config.spec.judge.cache_block_size`).
-fn block_size(result: &RunResult) -> Option<f64> {
+/// The server's block size: from its `/metrics` (`result.server.block_size`), else the one the
+/// run was told (`--cache-block-size`, [`crate::Judge::cache_block_size`]).
+fn block_size(result: &RunResult, told: Option<u32>) -> Option<f64> {
     result
         .server
         .as_ref()
         .and_then(|s| s.block_size)
-        .or_else(|| {
-            result
-                .config
-                .pointer("/spec/judge/cache_block_size")
-                .and_then(serde_json::Value::as_f64)
-        })
+        .or(told.map(f64::from))
         .filter(|b| *b >= 1.0)
 }
 
 /// Warm-cache contamination: a turn whose reported cached tokens exceed what the run's own
 /// earlier requests could have left in an empty cache (its shared prefix rounded down to the
 /// block size) by more than a block.
-fn warm_cache(result: &RunResult, measured: &[&TurnRecord]) -> Check {
+fn warm_cache(result: &RunResult, measured: &[&TurnRecord], told: Option<u32>) -> Check {
     let t = format!(
         "share of turns whose cached tokens exceed the run's own shared prefix (rounded down to \
          the block size) by more than a block, 48 tokens and 3% of the prefix: warn ≥ {:.0}%, fail ≥ {:.0}%",
         WARM_WARN * 100.0,
         WARM_FAIL * 100.0
     );
-    let Some(block) = block_size(result) else {
+    let Some(block) = block_size(result, told) else {
         return skipped(
             "warm_cache",
             t,

@@ -352,23 +352,6 @@ impl std::fmt::Debug for JourneysOptions {
     }
 }
 
-/// What `run.json` holds for a journeys run.
-#[derive(Debug, Serialize)]
-struct JourneysRunJson<'a> {
-    kind: RunKind,
-    spec: &'a JourneysSpec,
-    tool_version: &'static str,
-    pid: u32,
-    base_url: &'a str,
-    header_names: Vec<&'a str>,
-    /// The journeys in the order the suite plays them, with their runs: what shards partition.
-    plan_digest: String,
-    config_digest: String,
-    /// A shard's part: `sessions` and `turns` count its (journey, run) pairs.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    shard: Option<bench_workload::shard::ShardInfo>,
-}
-
 /// Stops a journeys run from anywhere (clonable, `Send`).
 #[derive(Debug, Clone)]
 pub struct JourneysCanceller {
@@ -557,13 +540,13 @@ fn prepare(
                 .map_err(|e| RunError::Failed(format!("cannot create {}: {e}", dir.display())))?;
             write_json(
                 &dir.join(files::RUN_JSON),
-                &JourneysRunJson {
+                &crate::run_json::JourneysRunJson {
                     kind: RunKind::Journeys,
-                    spec,
-                    tool_version: env!("CARGO_PKG_VERSION"),
-                    pid: std::process::id(),
-                    base_url: &client.base_url(),
-                    header_names: options.headers.iter().map(|(k, _)| k.as_str()).collect(),
+                    spec: spec.clone(),
+                    tool_version: env!("CARGO_PKG_VERSION").into(),
+                    pid: Some(std::process::id()),
+                    base_url: client.base_url(),
+                    header_names: options.headers.iter().map(|(k, _)| k.clone()).collect(),
                     plan_digest: journeys_digest(journeys, spec.runs),
                     config_digest: spec.config_digest(),
                     shard: spec.shard.map(|s| {
@@ -580,6 +563,7 @@ fn prepare(
                             planned_tokens: 0,
                         }
                     }),
+                    merged: None,
                 },
                 &options.secrets,
             )?;

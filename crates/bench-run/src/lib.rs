@@ -33,6 +33,7 @@ pub mod probe;
 pub mod progress;
 pub mod report;
 pub mod resume;
+pub mod run_json;
 pub mod scrape;
 pub mod secrets;
 pub mod server;
@@ -72,31 +73,6 @@ pub use stop::CancelledBy;
 /// How often `events.jsonl` gets a `heartbeat`.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 
-/// What `run.json` holds: the spec and what the run found out.
-#[derive(Debug, Serialize)]
-struct RunJson<'a> {
-    spec: &'a RunSpec,
-    tool_version: &'static str,
-    pid: u32,
-    base_url: &'a str,
-    model: &'a str,
-    max_model_len: Option<u64>,
-    backend: bench_telemetry::Backend,
-    backend_detected: &'a server::Detected,
-    auth: &'a str,
-    plan: &'a bench_workload::plan::PlanSummary,
-    run: &'a bench_runner::RunConfig,
-    /// The whole plan's digest (every shard of one run has the same).
-    plan_digest: &'a str,
-    /// [`RunSpec::config_digest`].
-    config_digest: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    shard: Option<bench_workload::shard::ShardInfo>,
-    /// This host's clock against the server's (`--shard` or `--start-at` runs).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    clock: Option<bench_rundir::ClockOffset>,
-}
-
 /// Starts a new run of `spec`.
 pub async fn start(spec: RunSpec, mut options: RunOptions) -> Result<RunHandle, RunError> {
     options.secrets =
@@ -117,7 +93,7 @@ pub async fn resume(dir: &Path, mut options: RunOptions) -> Result<RunHandle, Ru
     if let Target::Url {
         secret_header_names,
         ..
-    } = &r.spec.target
+    } = &r.run_json.spec.target
     {
         options
             .secret_headers
@@ -126,7 +102,7 @@ pub async fn resume(dir: &Path, mut options: RunOptions) -> Result<RunHandle, Ru
     options.secrets =
         secrets::run_secrets(&options.headers, &options.secret_headers, &options.secrets);
     let s = options.secrets.clone();
-    let spec = r.spec.clone();
+    let spec = r.run_json.spec.clone();
     spec.validate().map_err(|e| e.scrub(&s))?;
     launch(spec, options, Some(r))
         .await
@@ -471,6 +447,8 @@ struct Prepared {
     events: Arc<Events>,
     writer: Arc<RunDirWriter>,
     turns_to_play: u64,
+    /// `run.json` as written (secrets scrubbed): `result.json`'s `config`.
+    config_echo: serde_json::Value,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -542,31 +520,32 @@ async fn prepare(
             "bench run: prefix cache flushed (POST {path})"
         )));
     }
-    match &resume {
-        // A resumed run keeps its run.json; its records now say what is kept.
-        Some(_) => {}
-        None => write_json(
-            &dir.join(files::RUN_JSON),
-            &RunJson {
-                spec,
-                tool_version: env!("CARGO_PKG_VERSION"),
-                pid: std::process::id(),
-                base_url: &client.base_url(),
-                model: &cfg.model,
+    // A resumed run keeps its run.json; its records now say what is kept.
+    let run_json = match &resume {
+        Some(r) => r.run_json.clone(),
+        None => {
+            let doc = run_json::ReplayRunJson {
+                spec: spec.clone(),
+                tool_version: env!("CARGO_PKG_VERSION").into(),
+                pid: Some(std::process::id()),
+                base_url: client.base_url(),
+                model: cfg.model.clone(),
                 max_model_len,
                 backend,
-                backend_detected: &detected,
-                auth: bench_transport::Auth::from_env().describe(),
-                plan: &plan.summary,
-                run: &cfg,
-                plan_digest: identity.plan_digest,
-                config_digest: &spec.config_digest(),
+                backend_detected: detected,
+                auth: bench_transport::Auth::from_env().describe().into(),
+                plan: plan.summary.clone(),
+                run: cfg.clone(),
+                plan_digest: identity.plan_digest.to_owned(),
+                config_digest: spec.config_digest(),
                 shard: identity.shard,
                 clock,
-            },
-            &options.secrets,
-        )?,
-    }
+                merged: None,
+            };
+            write_json(&dir.join(files::RUN_JSON), &doc, &options.secrets)?;
+            doc
+        }
+    };
     let events = Arc::new(
         Events::open(&dir)
             .map_err(|e| RunError::Failed(format!("cannot write {e}")))?
@@ -650,6 +629,11 @@ async fn prepare(
         events,
         writer,
         turns_to_play,
+        config_echo: {
+            let mut v = serde_json::to_value(&run_json).unwrap_or_default();
+            options.secrets.scrub_json(&mut v);
+            v
+        },
     })
 }
 
@@ -681,6 +665,7 @@ impl Prepared {
             self.client,
             self.scrape_client,
         );
+        let config_echo = self.config_echo;
         let prog = progress.clone();
         let c = canceller.clone();
         let handle_secrets = options.secrets.clone();
@@ -780,13 +765,9 @@ impl Prepared {
             });
             let info = bench_report::RunInfo {
                 concurrency: cfg.concurrency,
-                steady_frac: spec.judge.steady_frac,
+                judge: spec.judge.clone(),
                 duration_s: elapsed_s,
-                slo: spec.judge.slo.as_deref().and_then(|s| s.parse().ok()),
-                config: std::fs::read(dir.join(files::RUN_JSON))
-                    .ok()
-                    .and_then(|b| serde_json::from_slice(&b).ok())
-                    .unwrap_or_default(),
+                config: config_echo,
                 open_loop: cfg.arrival.is_some(),
                 server: scrapes
                     .iter()

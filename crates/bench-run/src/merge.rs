@@ -32,6 +32,7 @@ use bench_telemetry::Scrape;
 
 use crate::RunError;
 use crate::report::{Strict, read_jsonl};
+use crate::run_json::{JourneysRunJson, ReplayRunJson};
 
 /// What [`merge`] made.
 #[derive(Debug)]
@@ -51,7 +52,7 @@ pub struct MergeOutcome {
 /// One shard's run directory, read.
 struct ShardDir {
     dir: PathBuf,
-    run_json: serde_json::Value,
+    run_json: ReplayRunJson,
     head: RunJsonHead,
     index: u32,
     count: u32,
@@ -184,14 +185,14 @@ pub fn merge(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOutcome
                 start_utc: s.start_unix_s.map(utc_of),
                 shift_s: *sh,
                 clock: s.head.clock,
-                concurrency: concurrency_of(&s.run_json),
+                concurrency: s.run_json.concurrency(),
                 finished: s.finished,
                 turns: s.turns.len() as u64,
                 sessions: s.sessions.len() as u64,
             })
             .collect(),
     };
-    let run_json = merged_run_json(&shards[0].run_json, &merged);
+    let run_json = shards[0].run_json.merged(merged.clone());
 
     std::fs::create_dir_all(out)
         .map_err(|e| RunError::Failed(format!("cannot create {}: {e}", out.display())))?;
@@ -208,7 +209,9 @@ pub fn merge(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOutcome
         .iter()
         .filter_map(|s| s.client)
         .max_by(|a, b| a.cores.unwrap_or(0.0).total_cmp(&b.cores.unwrap_or(0.0)));
-    let result = crate::report::recompute(&run_json, &turns, &sessions, &scrapes, client);
+    let config = serde_json::to_value(&run_json).unwrap_or_default();
+    let result =
+        crate::report::recompute(Some(&run_json), config, &turns, &sessions, &scrapes, client);
     write_pretty(&out.join(files::RESULT), &result)?;
     Ok(MergeOutcome {
         dir: out.to_path_buf(),
@@ -358,7 +361,7 @@ fn head_of(dir: &Path) -> Option<RunJsonHead> {
 fn merge_journeys(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOutcome, RunError> {
     struct J {
         dir: PathBuf,
-        run_json: serde_json::Value,
+        run_json: JourneysRunJson,
         head: RunJsonHead,
         shard: bench_rundir::ShardInfo,
         report: Option<bench_journeys::Report>,
@@ -440,11 +443,7 @@ fn merge_journeys(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOu
                 start_utc: None,
                 shift_s: 0.0,
                 clock: s.head.clock,
-                concurrency: s
-                    .run_json
-                    .pointer("/spec/concurrency")
-                    .and_then(serde_json::Value::as_u64)
-                    .map_or(1, |c| u32::try_from(c).unwrap_or(u32::MAX)),
+                concurrency: s.run_json.spec.concurrency,
                 finished: finished(s),
                 turns: s.report.as_ref().map_or(0, |r| {
                     r.journeys.values().map(|j| j.runs.len() as u64).sum()
@@ -453,7 +452,7 @@ fn merge_journeys(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOu
             })
             .collect(),
     };
-    let run_json = merged_head(&shards[0].run_json, &merged);
+    let run_json = shards[0].run_json.merged(merged.clone());
     std::fs::create_dir_all(out)
         .map_err(|e| RunError::Failed(format!("cannot create {}: {e}", out.display())))?;
     write_pretty(&out.join(files::RUN_JSON), &run_json)?;
@@ -495,18 +494,10 @@ fn merge_journeys(dirs: &[PathBuf], out: &Path, partial: bool) -> Result<MergeOu
 
 /// A shard's run directory, its `run.json` and what it says: refused unless it is a shard
 /// of a run of `kind` (not a merged one).
-fn read_head(
+fn read_head<T: serde::de::DeserializeOwned>(
     dir: &Path,
     kind: RunKind,
-) -> Result<
-    (
-        PathBuf,
-        serde_json::Value,
-        RunJsonHead,
-        bench_rundir::ShardInfo,
-    ),
-    RunError,
-> {
+) -> Result<(PathBuf, T, RunJsonHead, bench_rundir::ShardInfo), RunError> {
     let dir = crate::report::run_dir_of(dir);
     let at = |what: &str| invalid(format!("{}: {what}", dir.display()));
     if !dir.is_dir() {
@@ -541,7 +532,14 @@ fn read_head(
             "not a shard (its run.json has no shard: it was not run with --shard I/N or --shards N)",
         ));
     };
-    Ok((dir, run_json, head, shard))
+    let doc = serde_json::from_value(run_json).map_err(|e| {
+        invalid(format!(
+            "{}: not a run.json this bench reads ({e}): merge the shards with the bench that \
+             ran them",
+            path.display()
+        ))
+    })?;
+    Ok((dir, doc, head, shard))
 }
 
 fn read_shard(dir: &Path, notes: &mut Vec<String>) -> Result<ShardDir, RunError> {
@@ -611,62 +609,6 @@ fn utc_of(unix_s: f64) -> String {
                 .ok()
         })
         .unwrap_or_default()
-}
-
-/// A shard's concurrency: `-c`, or an open loop's in-flight cap.
-fn concurrency_of(run_json: &serde_json::Value) -> u32 {
-    run_json
-        .pointer("/run/concurrency")
-        .and_then(serde_json::Value::as_u64)
-        .map_or(0, |c| u32::try_from(c).unwrap_or(u32::MAX))
-}
-
-/// The merged run's `run.json`: the first shard's, without its shard, clock and process, the
-/// load summed over the shards, and how it was merged.
-/// The first shard's `run.json` as the merged run's, for either kind: without what belonged to
-/// that shard alone (its part, clock, process, start time), with the `merged` block.
-fn merged_head(first: &serde_json::Value, merged: &Merged) -> serde_json::Value {
-    let mut v = first.clone();
-    if let Some(o) = v.as_object_mut() {
-        for k in ["shard", "clock", "pid"] {
-            o.remove(k);
-        }
-        o.insert(
-            "merged".into(),
-            serde_json::to_value(merged).unwrap_or_default(),
-        );
-    }
-    if let Some(spec) = v.get_mut("spec").and_then(|s| s.as_object_mut()) {
-        spec.remove("shard");
-        spec.remove("start_at");
-    }
-    v
-}
-
-/// A replay run's merged `run.json`: [`merged_head`] with the load of all the shards.
-fn merged_run_json(first: &serde_json::Value, merged: &Merged) -> serde_json::Value {
-    let mut v = merged_head(first, merged);
-    let total: u64 = merged.shards.iter().map(|s| u64::from(s.concurrency)).sum();
-    // Closed loop: the concurrency; open loop: the rate and the in-flight cap. Each shard had
-    // the same, so the run had `shards ×` that.
-    let n = merged.shards.len() as f64;
-    if let Some(c) = v.pointer_mut("/spec/load/closed/concurrency") {
-        *c = total.into();
-    }
-    if let Some(r) = v.pointer_mut("/spec/load/open/arrival/rate") {
-        if let Some(x) = r.as_f64() {
-            *r = (x * n).into();
-        }
-    }
-    if let Some(m) = v.pointer_mut("/spec/load/open/max_in_flight") {
-        if !m.is_null() {
-            *m = total.into();
-        }
-    }
-    if let Some(c) = v.pointer_mut("/run/concurrency") {
-        *c = total.into();
-    }
-    v
 }
 
 /// `run.started` and `run.stopped` of the merged run, as the shards' were.

@@ -8,7 +8,8 @@ use bench_report::{ReportData, RunInfo, RunResult, ServerPoint};
 use bench_rundir::{RunJsonHead, RunKind, SessionRecord, TurnRecord, files, jsonl};
 use bench_telemetry::Scrape;
 
-use crate::spec::{Load, RunSpec};
+use crate::run_json::ReplayRunJson;
+use crate::spec::Load;
 
 /// Why a run directory cannot be reported. One line, naming the path.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +83,7 @@ pub fn load(path: &Path) -> Result<ReportData, LoadError> {
             "a journeys run: its report is report.json (bench journeys prints and compares it)",
         ));
     }
+    let doc = serde_json::from_value::<ReplayRunJson>(run_json.clone());
     let mut notes = Vec::new();
     let turns_path = dir.join(files::TURNS);
     let turns = read_jsonl::<TurnRecord>(&turns_path, Strict::Yes, &mut notes)?;
@@ -108,26 +110,37 @@ pub fn load(path: &Path) -> Result<ReportData, LoadError> {
             // The client's CPU is not in the records: the stale result's stands.
             let client = r.client;
             (
-                recompute(&run_json, &turns, &sessions, &scrapes, client),
+                recompute(
+                    doc.as_ref().ok(),
+                    run_json.clone(),
+                    &turns,
+                    &sessions,
+                    &scrapes,
+                    client,
+                ),
                 Some(why),
             )
         }
         Err(why) => (
-            recompute(&run_json, &turns, &sessions, &scrapes, None),
+            recompute(
+                doc.as_ref().ok(),
+                run_json.clone(),
+                &turns,
+                &sessions,
+                &scrapes,
+                None,
+            ),
             Some(why),
         ),
     };
     if recomputed.is_some() {
-        if let Some(Err(e)) = run_json
-            .get("spec")
-            .map(|s| serde_json::from_value::<RunSpec>(s.clone()))
-        {
+        if let Err(e) = &doc {
             let by = run_json
                 .get("tool_version")
                 .and_then(|v| v.as_str())
                 .map_or_else(String::new, |v| format!(" (written by bench {v})"));
             notes.push(format!(
-                "{}: its spec is not one this bench reads{by}: {e}; the result was recomputed \
+                "{}: not a run.json this bench reads{by}: {e}; the result was recomputed \
                  with the default judging settings",
                 run_json_path.display()
             ));
@@ -196,52 +209,48 @@ pub(crate) fn read_jsonl<T: serde::de::DeserializeOwned>(
     Ok(lines.records)
 }
 
-/// The result as `bench run` would have written it, from the records and the run's settings
-/// (`client`: the client's CPU, when known; a merged run's `shards` check is added): one
-/// [`bench_report::compute`], validity assessed once.
+/// The result as `bench run` would have written it, from the records and the run's `run.json`
+/// (`None`: one this bench does not read, judged by the defaults; `config`: the file as
+/// written, echoed as `result.json`'s `config`; `client`: the client's CPU, when known; a
+/// merged run's `shards` check is added): one [`bench_report::compute`], validity assessed
+/// once.
 pub fn recompute(
-    run_json: &serde_json::Value,
+    run: Option<&ReplayRunJson>,
+    config: serde_json::Value,
     turns: &[TurnRecord],
     sessions: &[SessionRecord],
     scrapes: &[Scrape],
     client: Option<bench_report::ClientCpu>,
 ) -> RunResult {
-    let spec: Option<RunSpec> = run_json
-        .get("spec")
-        .cloned()
-        .and_then(|s| serde_json::from_value(s).ok());
-    let judge = spec.as_ref().map(|s| s.judge.clone()).unwrap_or_default();
-    let (concurrency, open_loop) = match spec.as_ref().map(|s| &s.load) {
-        Some(Load::Closed { concurrency, .. }) => (*concurrency, false),
-        Some(Load::Open { max_in_flight, .. }) => (max_in_flight.unwrap_or(0), true),
-        None => (1, false),
-    };
+    let judge = run.map(|r| r.spec.judge.clone()).unwrap_or_default();
+    let (concurrency, open_loop) = run.map_or((1, false), |r| {
+        (r.concurrency(), matches!(r.spec.load, Load::Open { .. }))
+    });
     let kept: Vec<TurnRecord> = turns.iter().filter(|t| !t.superseded).cloned().collect();
     let kept_sessions: Vec<SessionRecord> =
         sessions.iter().filter(|s| !s.superseded).cloned().collect();
     let measured = kept.iter().filter(|t| !t.warmup);
     let first = measured.clone().map(|t| t.sent_s).reduce(f64::min);
     let last = measured.map(|t| t.end_s).reduce(f64::max);
-    let merged = run_json
-        .get("merged")
-        .cloned()
-        .and_then(|m| serde_json::from_value::<bench_rundir::Merged>(m).ok());
     let info = RunInfo {
         concurrency,
-        steady_frac: judge.steady_frac,
+        judge,
         duration_s: match (first, last) {
             (Some(a), Some(b)) if b > a => b - a,
             _ => 0.0,
         },
-        slo: judge.slo.as_deref().and_then(|s| s.parse().ok()),
-        config: run_json.clone(),
+        config,
         open_loop,
         server: scrapes
             .iter()
             .any(|s| s.phase.is_measured())
             .then(|| bench_telemetry::summarize(scrapes)),
         client,
-        checks: merged.iter().map(shards_check).collect(),
+        checks: run
+            .and_then(|r| r.merged.as_ref())
+            .map(shards_check)
+            .into_iter()
+            .collect(),
     };
     bench_report::compute(&kept, &kept_sessions, &info)
 }

@@ -29,30 +29,17 @@ use bench_rundir::{
     ErrorKind, PlanCounts, Resumed, SessionRecord, SessionStatus, TurnRecord, files, jsonl,
 };
 use bench_telemetry::health::{self, Process};
-use serde::Deserialize;
 
-use crate::{RunError, RunSpec, Target};
-
-/// The parts of `run.json` a resume reads.
-#[derive(Debug, Deserialize)]
-struct Stored {
-    #[serde(default)]
-    spec: Option<RunSpec>,
-    #[serde(default)]
-    plan: Option<PlanCounts>,
-    #[serde(default)]
-    args: Option<serde::de::IgnoredAny>,
-}
+use crate::run_json::{self, ReadError, ReplayRunJson};
+use crate::{RunError, Target};
 
 /// A run directory read for resuming, and what becomes of its records.
 #[derive(Debug)]
 pub struct Resume {
     /// The run directory.
     pub dir: PathBuf,
-    /// The recorded specification.
-    pub spec: RunSpec,
-    /// The recorded plan size.
-    pub planned: PlanCounts,
+    /// Its `run.json`: the recorded specification and plan size among the rest.
+    pub run_json: ReplayRunJson,
     turns: Vec<TurnRecord>,
     sessions: Vec<SessionRecord>,
     /// Sessions kept (finished in earlier segments).
@@ -80,38 +67,25 @@ fn refuse(dir: &Path, why: impl std::fmt::Display) -> RunError {
 /// Reads `dir/run.json`'s spec and checks that the run can be resumed with `header_names`
 /// given; reads its records and decides what is kept. Changes nothing.
 pub fn read(dir: &Path, header_names: &[String]) -> Result<Resume, RunError> {
-    let path = dir.join(files::RUN_JSON);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(refuse(dir, "not a run directory (no run.json)"));
+    let run_json: ReplayRunJson = run_json::read(dir).map_err(|e| match e {
+        ReadError::Missing(_) => refuse(dir, "not a run directory (no run.json)"),
+        ReadError::Bad { ref path, .. } => {
+            // A run.json of an older bench that recorded its arguments, or of none.
+            let v = std::fs::read(path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+            match v.as_ref().filter(|v| v.get("spec").is_none()) {
+                Some(v) if v.get("args").is_some() => refuse(
+                    dir,
+                    "its run.json was written by an older bench (recorded arguments, no run \
+                     spec) and cannot be resumed by this version; start a new run",
+                ),
+                Some(_) => refuse(dir, "its run.json holds no run spec; start a new run"),
+                None => RunError::Invalid(format!("{e}: it cannot be resumed")),
+            }
         }
-        Err(e) => return Err(RunError::Invalid(format!("{}: {e}", path.display()))),
-    };
-    let stored: Stored = serde_json::from_slice(&bytes).map_err(|e| {
-        // A run.json of another bench version says so first: that is the likely cause.
-        let version = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| v.get("tool_version")?.as_str().map(str::to_owned))
-            .filter(|v| v != env!("CARGO_PKG_VERSION"));
-        RunError::Invalid(match version {
-            Some(v) => format!(
-                "{}: written by bench {v}, which this bench {} cannot resume ({e})",
-                path.display(),
-                env!("CARGO_PKG_VERSION")
-            ),
-            None => format!("{}: {e}", path.display()),
-        })
     })?;
-    let Some(spec) = stored.spec else {
-        let why = if stored.args.is_some() {
-            "its run.json was written by an older bench (recorded arguments, no run spec) \
-             and cannot be resumed by this version; start a new run"
-        } else {
-            "its run.json holds no run spec; start a new run"
-        };
-        return Err(refuse(dir, why));
-    };
+    let spec = &run_json.spec;
     if let Some(d) = spec.limits.duration {
         return Err(refuse(
             dir,
@@ -189,8 +163,7 @@ pub fn read(dir: &Path, header_names: &[String]) -> Result<Resume, RunError> {
     let sessions = read_records(&dir.join(files::SESSIONS), &mut repairs)?;
     Ok(Resume::decided(
         dir.to_owned(),
-        spec,
-        stored.plan.unwrap_or_default(),
+        run_json,
         turns,
         sessions,
         repairs,
@@ -221,16 +194,14 @@ fn read_records<T: serde::de::DeserializeOwned>(
 impl Resume {
     fn decided(
         dir: PathBuf,
-        spec: RunSpec,
-        planned: PlanCounts,
+        run_json: ReplayRunJson,
         turns: Vec<TurnRecord>,
         sessions: Vec<SessionRecord>,
         repairs: Vec<String>,
     ) -> Resume {
         let mut r = Resume {
             dir,
-            spec,
-            planned,
+            run_json,
             turns,
             sessions,
             kept_ids: HashSet::new(),
@@ -313,7 +284,10 @@ impl Resume {
         let PlanCounts {
             sessions: rs,
             turns: rt,
-        } = self.planned;
+        } = PlanCounts {
+            sessions: self.run_json.plan.sessions,
+            turns: self.run_json.plan.turns,
+        };
         if rs != sessions || rt != turns {
             return Err(refuse(
                 &self.dir,
@@ -383,8 +357,7 @@ mod tests {
     fn resume(turns: Vec<TurnRecord>, sessions: Vec<SessionRecord>) -> Resume {
         Resume::decided(
             PathBuf::new(),
-            RunSpec::default(),
-            PlanCounts::default(),
+            ReplayRunJson::default(),
             turns,
             sessions,
             Vec::new(),

@@ -73,7 +73,7 @@ pub async fn wait_ready(client: &Client, timeout: Duration) -> Result<Discovered
 }
 
 /// What detection found, and from what.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Detected {
     /// The family.
     pub backend: Backend,

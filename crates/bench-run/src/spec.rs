@@ -14,6 +14,8 @@ use bench_transport::TlsOptions;
 use bench_workload::plan::PlanConfig;
 use serde::{Deserialize, Serialize};
 
+pub use bench_report::Judge;
+
 use crate::RunError;
 use crate::graders::GradersSpec;
 
@@ -445,37 +447,6 @@ pub enum BackendChoice {
     Auto,
     /// This one (a mismatch with what is detected is warned about).
     Named(Backend),
-}
-
-/// How the result is judged.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Judge {
-    /// A turn counts in the steady window when at least ceil(F × C) sessions were active.
-    pub steady_frac: f64,
-    /// More failed turns than this fraction fail the run.
-    pub max_error_rate: f64,
-    /// Service-level objectives for goodput, e.g. `ttft_ms=500,tpot_ms=50`.
-    pub slo: Option<String>,
-    /// Fail the run unless `result.json`'s validity verdict is `valid`.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub require_valid: bool,
-    /// Tokens per KV-cache block of the server, for the warm-cache check when its `/metrics`
-    /// does not say (vLLM's does).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_block_size: Option<u32>,
-}
-
-impl Default for Judge {
-    fn default() -> Self {
-        Judge {
-            steady_frac: bench_report::DEFAULT_STEADY_FRAC,
-            max_error_rate: 0.0,
-            slo: None,
-            require_valid: false,
-            cache_block_size: None,
-        }
-    }
 }
 
 /// Extra files written when the run ends.

@@ -253,8 +253,10 @@ impl Retry {
     }
 }
 
-/// How a run behaves. `RunConfig::new(model, concurrency)` gives the defaults.
-#[derive(Debug, Clone, Serialize)]
+/// How a run behaves. `RunConfig::new(model, concurrency)` gives the defaults. `run.json`
+/// records it (`run`); the headers, which it does not record, read back empty.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RunConfig {
     /// Model name sent in every request.
     pub model: String,
@@ -321,6 +323,13 @@ pub struct RunConfig {
     /// it to where its predecessor's records end, so one run directory keeps one timeline.
     #[serde(with = "humantime_serde")]
     pub time_origin: Duration,
+}
+
+impl Default for RunConfig {
+    /// [`RunConfig::new`] with no model, one session at a time.
+    fn default() -> Self {
+        RunConfig::new("", 1)
+    }
 }
 
 impl RunConfig {

@@ -693,7 +693,7 @@ pub struct GraphStats {
 pub const EST_STREAM_TOKS: f64 = 50.0;
 
 /// The shared system prompt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SystemPromptInfo {
     /// Tokens asked for.
     pub target_tokens: u32,
@@ -720,7 +720,7 @@ pub struct Plan {
 }
 
 /// Distribution summary.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Dist {
     /// Smallest.
     pub min: f64,
@@ -759,7 +759,8 @@ impl Dist {
 }
 
 /// What `bench plan` prints. Keys are stable.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PlanSummary {
     /// Where sessions came from.
     pub dataset: String,
@@ -924,7 +925,8 @@ impl PlanSummary {
 }
 
 /// What `bench plan` reports of a pool's agent graphs.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct GraphSummary {
     /// Sessions that fork subagents or join.
     pub graph_sessions: u64,

@@ -75,7 +75,7 @@ fn run(label: &str, seed: u64, shape: Shape, slo: Option<Slo>) -> CompareRun {
     let info = RunInfo {
         concurrency: 1,
         duration_s: shape.turns as f64 * 0.1 + 5.0,
-        slo,
+        judge: bench_report::Judge::with_slo(slo),
         config: config(0, 16, 8),
         ..RunInfo::default()
     };
@@ -319,7 +319,7 @@ fn compare_reads_measured_turns_only() {
     let slo: Slo = "ttft_ms=105".parse().unwrap();
     let info = RunInfo {
         duration_s: 20.0,
-        slo: Some(slo),
+        judge: bench_report::Judge::with_slo(Some(slo)),
         config: config(0, 16, 8),
         ..RunInfo::default()
     };

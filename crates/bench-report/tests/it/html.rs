@@ -102,7 +102,7 @@ fn data(
     });
     let info = RunInfo {
         concurrency: 10,
-        slo: Some("ttft_ms=500".parse::<Slo>().expect("an SLO")),
+        judge: bench_report::Judge::with_slo(Some("ttft_ms=500".parse::<Slo>().expect("an SLO"))),
         config: config.clone(),
         ..RunInfo::default()
     };

@@ -330,7 +330,7 @@ fn goodput_with_an_slo() {
     }
     // Steady span: sent 0 → end 5.
     let info = RunInfo {
-        slo: Some("ttft_ms=500,tpot_ms=50".parse().unwrap()),
+        judge: bench_report::Judge::with_slo(Some("ttft_ms=500,tpot_ms=50".parse().unwrap())),
         ..info10()
     };
     let r = compute(&recs, &[], &info);
@@ -352,7 +352,7 @@ fn goodput_with_an_slo() {
         &recs,
         &[],
         &RunInfo {
-            slo: Some(e2e_only),
+            judge: bench_report::Judge::with_slo(Some(e2e_only)),
             ..info10()
         },
     )
@@ -557,7 +557,7 @@ fn console_report_has_the_headlines() {
     a.recorded_output_tokens = Some(10);
     let recs = [a, turn("a", 1, 2.0), failed("b", 0, 1.0, Some("io"))];
     let info = RunInfo {
-        slo: Some("ttft_ms=500".parse().unwrap()),
+        judge: bench_report::Judge::with_slo(Some("ttft_ms=500".parse().unwrap())),
         ..info10()
     };
     let text = compute(&recs, &[session("a", SessionStatus::Completed)], &info).console();

@@ -60,7 +60,7 @@ fn rich() -> RunResult {
     let info = RunInfo {
         concurrency: 4,
         duration_s: 40.0,
-        slo: Some("ttft_ms=105,tpot_ms=200".parse().unwrap()),
+        judge: bench_report::Judge::with_slo(Some("ttft_ms=105,tpot_ms=200".parse().unwrap())),
         config: serde_json::json!({"concurrency": 4, "model": "m"}),
         ..RunInfo::default()
     };

@@ -30,7 +30,7 @@ fn plays_roll_up_e2e_model_time_tool_waits_tokens_and_session_goodput() {
     ];
     let info = RunInfo {
         concurrency: 3,
-        slo: Some("ttft_ms=500".parse().unwrap()),
+        judge: bench_report::Judge::with_slo(Some("ttft_ms=500".parse().unwrap())),
         ..RunInfo::default()
     };
     let r = compute(&records, &sessions, &info);

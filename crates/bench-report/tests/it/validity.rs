@@ -43,7 +43,7 @@ fn run(recs: &[TurnRecord], open_loop: bool) -> RunResult {
         ..Default::default()
     });
     r.client = Some(ClientCpu::new(3.0, 30.0, false));
-    r.assess_validity(recs, open_loop);
+    r.assess_validity(recs, open_loop, None);
     r
 }
 
@@ -106,15 +106,15 @@ fn a_saturated_client_shows_in_its_lag_and_its_cpu() {
     );
 
     r.client = Some(ClientCpu::new(29.0, 30.0, false));
-    r.assess_validity(&clean_records(), false);
+    r.assess_validity(&clean_records(), false, None);
     assert_eq!(status(&r, "client_cpu"), CheckStatus::Fail);
     r.client = Some(ClientCpu::new(24.0, 30.0, false));
-    r.assess_validity(&clean_records(), false);
+    r.assess_validity(&clean_records(), false, None);
     assert_eq!(status(&r, "client_cpu"), CheckStatus::Warn);
     assert_eq!(r.validity.as_ref().unwrap().verdict, Verdict::Suspect);
     // The embedded simulator's CPU is in the process's: no verdict from it.
     r.client = Some(ClientCpu::new(29.0, 30.0, true));
-    r.assess_validity(&clean_records(), false);
+    r.assess_validity(&clean_records(), false, None);
     assert_eq!(status(&r, "client_cpu"), CheckStatus::Skipped);
 }
 
@@ -152,10 +152,10 @@ fn mismatched_cache_counters_are_caught() {
         prefix_cache_ratio: Some(0.9),
         ..Default::default()
     }); // the client saw 0.5
-    r.assess_validity(&clean_records(), false);
+    r.assess_validity(&clean_records(), false, None);
     assert_eq!(status(&r, "prefix_cache_counters"), CheckStatus::Fail);
     r.server = None;
-    r.assess_validity(&clean_records(), false);
+    r.assess_validity(&clean_records(), false, None);
     assert_eq!(status(&r, "prefix_cache_counters"), CheckStatus::Skipped);
 }
 
@@ -272,13 +272,12 @@ fn a_cache_warm_before_the_run_is_caught_and_the_possible_ratio_is_reported() {
         prefix_cache_ratio: Some(0.5),
         ..Default::default()
     });
-    res.assess_validity(&clean_records(), false);
+    res.assess_validity(&clean_records(), false, None);
     let v = res.validity.as_ref().unwrap();
     let c = v.checks.iter().find(|c| c.name == "warm_cache").unwrap();
     assert_eq!(c.status, CheckStatus::Skipped);
     assert!(c.explanation.contains("--cache-block-size"));
     // …and the run's --cache-block-size stands in for it.
-    res.config = serde_json::json!({ "spec": { "judge": { "cache_block_size": 16 } } });
-    res.assess_validity(&clean_records(), false);
+    res.assess_validity(&clean_records(), false, Some(16));
     assert_eq!(status(&res, "warm_cache"), CheckStatus::Pass);
 }
