@@ -562,8 +562,8 @@ async fn prepare(
         concurrency: Some(cfg.concurrency),
         rate: cfg.arrival.map(|a| a.rate),
         warmup_sessions: Some(cfg.warmup_sessions),
-        duration_s: cfg.duration.map(|d| d.as_secs_f64()),
-        max_duration_s: cfg.max_duration.map(|d| d.as_secs_f64()),
+        duration_s: cfg.limits.duration.map(|d| d.as_secs_f64()),
+        max_duration_s: cfg.limits.max_duration.map(|d| d.as_secs_f64()),
     };
     match resume {
         Some(r) => {
@@ -648,9 +648,12 @@ impl Prepared {
     ) -> RunHandle {
         let cfg = self.cfg;
         let progress = Arc::new(ProgressCounters::new(
-            cfg.duration.is_none().then_some(self.turns_to_play),
+            cfg.limits.duration.is_none().then_some(self.turns_to_play),
             cfg.concurrency,
-            [cfg.duration, cfg.max_duration].into_iter().flatten().min(),
+            [cfg.limits.duration, cfg.limits.max_duration]
+                .into_iter()
+                .flatten()
+                .min(),
         ));
         let canceller = Canceller {
             token: CancelToken::new(),
@@ -797,7 +800,7 @@ impl Prepared {
                     model: cfg.model.clone(),
                     concurrency: cfg.concurrency,
                     rate: cfg.arrival.map(|a| a.rate),
-                    duration_s: cfg.duration.map(|d| d.as_secs_f64()),
+                    duration_s: cfg.limits.duration.map(|d| d.as_secs_f64()),
                     elapsed_s,
                     stopped_by: by,
                     tag: spec.exports.tag.clone(),

@@ -5,9 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bench_runner::{
-    Arrival, ArrivalProcess, ContentMode, OutputCapField, ResponseMode, RunConfig, ToolWaits,
-};
+use bench_runner::{Arrival, ArrivalProcess, RunConfig, ToolWaits};
 use bench_sim::{LatencyMode, SimConfig};
 use bench_telemetry::Backend;
 use bench_transport::TlsOptions;
@@ -15,6 +13,7 @@ use bench_workload::plan::PlanConfig;
 use serde::{Deserialize, Serialize};
 
 pub use bench_report::Judge;
+pub use bench_runner::{Limits, RequestShape};
 
 use crate::RunError;
 use crate::graders::GradersSpec;
@@ -253,64 +252,6 @@ impl Load {
     }
 }
 
-/// What each request looks like.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RequestShape {
-    /// Model name; by default the first model `GET /v1/models` lists.
-    pub model: Option<String>,
-    /// The model's window for the context guard; by default `max_model_len` from
-    /// `/v1/models` (llama.cpp: `meta.n_ctx`).
-    pub max_model_len: Option<u64>,
-    /// The field that carries the pinned output length.
-    pub output_cap_field: OutputCapField,
-    /// Send `ignore_eos: true` (output reaches the pinned length).
-    pub ignore_eos: bool,
-    /// Streamed or whole responses.
-    pub response: ResponseMode,
-    /// What joins the conversation after each turn.
-    pub content_mode: ContentMode,
-    /// Mark replays of recycled sessions so they cannot hit the cache their previous play
-    /// warmed.
-    pub cache_bust: bool,
-    /// Tool waits between turns.
-    pub tool_waits: ToolWaits,
-    /// JSON merged into every body last (a `null` removes a field).
-    pub extra_body: serde_json::Map<String, serde_json::Value>,
-    /// Send each session's id in this header (a routing key).
-    pub routing_header: Option<String>,
-    /// Response header naming the worker that served a turn.
-    pub worker_header: Option<String>,
-    /// The API every turn calls (`chat` by default).
-    pub endpoint: bench_transport::Endpoint,
-    /// Responses API: resend the conversation (`client`) or chain `previous_response_id`
-    /// (`server`).
-    pub responses_state: bench_runner::ResponsesState,
-}
-
-impl Default for RequestShape {
-    /// The engine's defaults ([`RunConfig::new`]): output pinned with `max_completion_tokens`
-    /// and `ignore_eos`, streamed, trace content, cache busting, tool waits honoured.
-    fn default() -> Self {
-        let c = RunConfig::new("", 0);
-        RequestShape {
-            model: None,
-            max_model_len: None,
-            output_cap_field: c.output_cap_field,
-            ignore_eos: c.ignore_eos,
-            response: c.response,
-            content_mode: c.content_mode,
-            cache_bust: c.cache_bust,
-            tool_waits: c.tool_waits,
-            extra_body: c.extra_body,
-            routing_header: None,
-            worker_header: None,
-            endpoint: c.endpoint,
-            responses_state: c.responses_state,
-        }
-    }
-}
-
 /// Sampling fields as agentic-bench sends them (its `--temperature`, `--top-p`, `--top-k`,
 /// `--presence-penalty` and `--chat-template-kwargs`): each only when set, `top_p` only below
 /// 1.0, `chat_template_kwargs` only when not empty. [`Sampling::merge_into`] puts them into
@@ -369,56 +310,6 @@ impl Sampling {
             put("chat_template_kwargs", serde_json::Value::Object(m.clone()));
         }
         Ok(())
-    }
-}
-
-/// Clock limits.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Limits {
-    /// Run this long, looping the pool; no new session or turn after it.
-    #[serde(with = "humantime_serde")]
-    pub duration: Option<Duration>,
-    /// Hard fuse on the whole run: requests in flight are cut.
-    #[serde(with = "humantime_serde")]
-    pub max_duration: Option<Duration>,
-    /// Per-request timeout.
-    #[serde(with = "humantime_serde")]
-    pub turn_timeout: Duration,
-    /// Stop a session at its next turn boundary once it has run this long.
-    #[serde(with = "humantime_serde")]
-    pub session_timeout: Option<Duration>,
-    /// Cap on one event-stream line or event, in bytes ([`bench_transport::Limits`]).
-    pub max_event_bytes: u64,
-    /// Cap on one response body, in bytes.
-    pub max_response_bytes: u64,
-    /// Cap on one non-streamed answer read whole, in bytes.
-    pub max_json_bytes: u64,
-}
-
-impl Limits {
-    /// The transport's size caps.
-    pub fn response_caps(&self) -> bench_transport::Limits {
-        let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-        bench_transport::Limits {
-            max_event_bytes: to_usize(self.max_event_bytes),
-            max_response_bytes: self.max_response_bytes,
-            max_json_bytes: to_usize(self.max_json_bytes),
-        }
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            duration: None,
-            max_duration: None,
-            turn_timeout: RunConfig::new("", 0).turn_timeout,
-            session_timeout: None,
-            max_event_bytes: bench_transport::Limits::DEFAULT.max_event_bytes as u64,
-            max_response_bytes: bench_transport::Limits::DEFAULT.max_response_bytes,
-            max_json_bytes: bench_transport::Limits::DEFAULT.max_json_bytes as u64,
-        }
     }
 }
 
@@ -639,21 +530,10 @@ impl RunSpec {
         }
         cfg.warmup_sessions = self.warmup_sessions;
         cfg.return_cached_tokens_details = backend == Backend::Sglang;
-        cfg.duration = self.limits.duration;
-        cfg.max_duration = self.limits.max_duration;
-        cfg.turn_timeout = self.limits.turn_timeout;
-        cfg.session_timeout = self.limits.session_timeout;
+        cfg.limits = self.limits;
         cfg.retry = self.retry;
         cfg.max_model_len = max_model_len;
-        cfg.tool_waits = r.tool_waits;
-        cfg.cache_bust = r.cache_bust;
-        cfg.output_cap_field = r.output_cap_field;
-        cfg.ignore_eos = r.ignore_eos;
-        cfg.content_mode = r.content_mode;
-        cfg.response = r.response;
-        cfg.extra_body = r.extra_body.clone();
-        cfg.endpoint = r.endpoint;
-        cfg.responses_state = r.responses_state;
+        cfg.request = r.clone();
         // The key is read here, never recorded (run.json holds the spec, not the headers).
         cfg.endpoint_headers = bench_transport::bodies::endpoint_headers(
             r.endpoint,

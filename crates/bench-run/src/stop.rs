@@ -62,14 +62,14 @@ pub fn classify(
             StopBy::Duration,
             format!(
                 "--duration {:?} passed; sessions in flight stopped at a turn boundary",
-                cfg.duration.unwrap_or_default()
+                cfg.limits.duration.unwrap_or_default()
             ),
         ),
         StopReason::MaxDuration => (
             StopBy::MaxDuration,
             format!(
                 "the --max-duration fuse ({:?}) blew; turns in flight were cut",
-                cfg.max_duration.unwrap_or_default()
+                cfg.limits.max_duration.unwrap_or_default()
             ),
         ),
         StopReason::Cancelled => match cancelled_by {
@@ -125,8 +125,8 @@ mod tests {
     #[test]
     fn the_stop_says_what_ended_the_run() {
         let mut cfg = RunConfig::new("m", 2);
-        cfg.duration = Some(Duration::from_secs(90));
-        cfg.max_duration = Some(Duration::from_secs(120));
+        cfg.limits.duration = Some(Duration::from_secs(90));
+        cfg.limits.max_duration = Some(Duration::from_secs(120));
         let done = [
             sess(SessionStatus::Completed, false),
             sess(SessionStatus::Failed, false),

@@ -253,6 +253,115 @@ impl Retry {
     }
 }
 
+/// What each request of a run looks like: a run spec's `request` table, and the engine's
+/// ([`RunConfig::request`]). `model` and `max_model_len` are what was asked for; the engine
+/// uses the resolved [`RunConfig::model`] and [`RunConfig::max_model_len`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RequestShape {
+    /// Model name; by default the first model `GET /v1/models` lists.
+    pub model: Option<String>,
+    /// The model's window for the context guard; by default `max_model_len` from
+    /// `/v1/models` (llama.cpp: `meta.n_ctx`).
+    pub max_model_len: Option<u64>,
+    /// The field that carries the pinned output length.
+    pub output_cap_field: OutputCapField,
+    /// Send `ignore_eos: true` (output reaches the pinned length).
+    pub ignore_eos: bool,
+    /// Streamed or whole responses.
+    pub response: ResponseMode,
+    /// What joins the conversation after each turn.
+    pub content_mode: ContentMode,
+    /// Mark replays of recycled sessions so they cannot hit the cache their previous play
+    /// warmed.
+    pub cache_bust: bool,
+    /// Tool waits between turns.
+    pub tool_waits: ToolWaits,
+    /// JSON merged into every body last (a `null` removes a field).
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Send each session's id in this header (a routing key).
+    pub routing_header: Option<String>,
+    /// Response header naming the worker that served a turn.
+    pub worker_header: Option<String>,
+    /// The API every turn calls (`chat` by default).
+    pub endpoint: bench_transport::Endpoint,
+    /// Responses API: resend the conversation (`client`) or chain `previous_response_id`
+    /// (`server`).
+    pub responses_state: ResponsesState,
+}
+
+impl Default for RequestShape {
+    /// Output pinned with `max_completion_tokens` and `ignore_eos`, streamed, trace content,
+    /// cache busting, tool waits honoured (capped at 30 s), chat completions.
+    fn default() -> Self {
+        RequestShape {
+            model: None,
+            max_model_len: None,
+            output_cap_field: OutputCapField::MaxCompletionTokens,
+            ignore_eos: true,
+            response: ResponseMode::Stream,
+            content_mode: ContentMode::Trace,
+            cache_bust: true,
+            tool_waits: ToolWaits::default(),
+            extra_body: serde_json::Map::new(),
+            routing_header: None,
+            worker_header: None,
+            endpoint: bench_transport::Endpoint::Chat,
+            responses_state: ResponsesState::Client,
+        }
+    }
+}
+
+/// Clock limits and response size caps: a run spec's `limits` table, and the engine's
+/// ([`RunConfig::limits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Run this long, looping the pool; no new session or turn after it.
+    #[serde(with = "humantime_serde")]
+    pub duration: Option<Duration>,
+    /// Hard fuse on the whole run: requests in flight are cut.
+    #[serde(with = "humantime_serde")]
+    pub max_duration: Option<Duration>,
+    /// Per-request timeout.
+    #[serde(with = "humantime_serde")]
+    pub turn_timeout: Duration,
+    /// Stop a session at its next turn boundary once it has run this long.
+    #[serde(with = "humantime_serde")]
+    pub session_timeout: Option<Duration>,
+    /// Cap on one event-stream line or event, in bytes ([`bench_transport::Limits`]).
+    pub max_event_bytes: u64,
+    /// Cap on one response body, in bytes.
+    pub max_response_bytes: u64,
+    /// Cap on one non-streamed answer read whole, in bytes.
+    pub max_json_bytes: u64,
+}
+
+impl Limits {
+    /// The transport's size caps.
+    pub fn response_caps(&self) -> bench_transport::Limits {
+        let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        bench_transport::Limits {
+            max_event_bytes: to_usize(self.max_event_bytes),
+            max_response_bytes: self.max_response_bytes,
+            max_json_bytes: to_usize(self.max_json_bytes),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            duration: None,
+            max_duration: None,
+            turn_timeout: Duration::from_secs(600),
+            session_timeout: None,
+            max_event_bytes: bench_transport::Limits::DEFAULT.max_event_bytes as u64,
+            max_response_bytes: bench_transport::Limits::DEFAULT.max_response_bytes,
+            max_json_bytes: bench_transport::Limits::DEFAULT.max_json_bytes as u64,
+        }
+    }
+}
 /// How a run behaves. `RunConfig::new(model, concurrency)` gives the defaults. `run.json`
 /// records it (`run`); the headers, which it does not record, read back empty.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -274,49 +383,24 @@ pub struct RunConfig {
     /// Play the first N sessions of the pool, cut to 3 turns, before the measured run; their
     /// records are marked `warmup` and left out of every metric.
     pub warmup_sessions: u32,
-    /// Loop the pool; no new session or turn after this.
-    #[serde(with = "humantime_serde")]
-    pub duration: Option<Duration>,
-    /// The hard fuse on the whole run.
-    #[serde(with = "humantime_serde")]
-    pub max_duration: Option<Duration>,
-    /// Per-request timeout (tightened by what is left of the fuse).
-    #[serde(with = "humantime_serde")]
-    pub turn_timeout: Duration,
-    /// Stop a session that has run this long (at its next turn boundary).
-    #[serde(with = "humantime_serde")]
-    pub session_timeout: Option<Duration>,
+    /// Duration, fuse, turn and session timeouts, response size caps.
+    pub limits: Limits,
     /// Retries of failed turns (none by default).
     pub retry: Retry,
     /// The model's window: a session stops when its next prompt plus pinned output would not fit.
     pub max_model_len: Option<u64>,
-    /// Tool waits between turns: honoured (scaled, capped) or skipped.
-    pub tool_waits: ToolWaits,
-    /// Mark each replay of a recycled session so it cannot hit the cache its previous play warmed.
-    pub cache_bust: bool,
-    /// The field that carries the pinned output length.
-    pub output_cap_field: OutputCapField,
-    /// Send `ignore_eos: true` with the pinned output length.
-    pub ignore_eos: bool,
-    /// What joins the conversation after each turn.
-    pub content_mode: ContentMode,
-    /// Streamed or whole responses.
-    pub response: ResponseMode,
+    /// What each request looks like.
+    pub request: RequestShape,
     /// Send `return_cached_tokens_details: true` (SGLang: the device/host split of cache hits).
     pub return_cached_tokens_details: bool,
-    /// The API every turn calls (chat completions by default).
-    pub endpoint: bench_transport::Endpoint,
-    /// Responses API: resend the conversation, or chain `previous_response_id`.
-    pub responses_state: ResponsesState,
     /// Headers the endpoint needs on every request (Messages: `anthropic-version`, `x-api-key`).
     #[serde(skip)]
     pub endpoint_headers: Vec<(HeaderName, HeaderValue)>,
-    /// JSON fields merged into every body last (a `null` removes a field).
-    pub extra_body: serde_json::Map<String, serde_json::Value>,
-    /// Header carrying a stable per-session routing key, if any.
+    /// [`RequestShape::routing_header`], parsed: the header carrying a stable per-session
+    /// routing key, if any.
     #[serde(skip)]
     pub routing_header: Option<HeaderName>,
-    /// Response header naming the worker that served a turn.
+    /// [`RequestShape::worker_header`], parsed.
     #[serde(skip)]
     pub worker_header: Option<HeaderName>,
     /// Where this run's clock starts: every record's `*_s` offset adds it. A resumed run sets
@@ -343,23 +427,12 @@ impl RunConfig {
             arrival: None,
             ramp_up: None,
             warmup_sessions: 0,
-            duration: None,
-            max_duration: None,
-            turn_timeout: Duration::from_secs(600),
-            session_timeout: None,
+            limits: Limits::default(),
             retry: Retry::default(),
             max_model_len: None,
-            tool_waits: ToolWaits::default(),
-            cache_bust: true,
-            output_cap_field: OutputCapField::MaxCompletionTokens,
-            ignore_eos: true,
-            content_mode: ContentMode::Trace,
-            response: ResponseMode::Stream,
+            request: RequestShape::default(),
             return_cached_tokens_details: false,
-            endpoint: bench_transport::Endpoint::Chat,
-            responses_state: ResponsesState::Client,
             endpoint_headers: Vec::new(),
-            extra_body: serde_json::Map::new(),
             routing_header: None,
             worker_header: None,
             time_origin: Duration::ZERO,
@@ -427,14 +500,16 @@ impl RunConfig {
             parts.push(Bytes::from(std::mem::take(b)));
             parts.push(p);
         };
-        match self.endpoint {
+        match self.request.endpoint {
             Endpoint::Chat | Endpoint::Responses => {
-                if let (Endpoint::Responses, Some(id)) = (self.endpoint, previous_response_id) {
+                if let (Endpoint::Responses, Some(id)) =
+                    (self.request.endpoint, previous_response_id)
+                {
                     b.push_str("\"previous_response_id\":");
                     b.push_str(&serde_json::to_string(id).unwrap_or_default());
                     b.push(',');
                 }
-                b.push_str(if self.endpoint == Endpoint::Chat {
+                b.push_str(if self.request.endpoint == Endpoint::Chat {
                     "\"messages\":["
                 } else {
                     "\"input\":["
@@ -522,8 +597,8 @@ impl RunConfig {
         conv.pieces(&mut parts);
         let mut b = String::with_capacity(192);
         self.close_body(&mut b, max_output_tokens);
-        if let (Some(t), Endpoint::Chat) = (tools, self.endpoint) {
-            if !self.extra_body.contains_key("tools") {
+        if let (Some(t), Endpoint::Chat) = (tools, self.request.endpoint) {
+            if !self.request.extra_body.contains_key("tools") {
                 // Before the closing brace.
                 b.pop();
                 b.push_str(",\"tools\":");
@@ -537,7 +612,7 @@ impl RunConfig {
 
     /// `"model":…,` unless the extra body names the model.
     fn write_model(&self, b: &mut String) {
-        if !self.extra_body.contains_key("model") {
+        if !self.request.extra_body.contains_key("model") {
             b.push_str("\"model\":");
             b.push_str(&serde_json::to_string(&self.model).unwrap_or_default());
             b.push(',');
@@ -553,7 +628,7 @@ impl RunConfig {
 
     /// How a conversation is written for [`RunConfig::endpoint`].
     pub fn render(&self) -> crate::conv::Render {
-        match self.endpoint {
+        match self.request.endpoint {
             bench_transport::Endpoint::Chat | bench_transport::Endpoint::Responses => {
                 crate::conv::Render::Json
             }
@@ -566,10 +641,10 @@ impl RunConfig {
     /// the extra body, as the endpoint names them.
     fn close_body(&self, b: &mut String, max_output_tokens: u32) {
         use bench_transport::Endpoint;
-        let has = |k: &str| self.extra_body.contains_key(k);
-        let stream = self.response == ResponseMode::Stream;
-        let (close, cap, stream_options) = match self.endpoint {
-            Endpoint::Chat => ("]", self.output_cap_field.key(), stream),
+        let has = |k: &str| self.request.extra_body.contains_key(k);
+        let stream = self.request.response == ResponseMode::Stream;
+        let (close, cap, stream_options) = match self.request.endpoint {
+            Endpoint::Chat => ("]", self.request.output_cap_field.key(), stream),
             Endpoint::Responses => ("]", "max_output_tokens", false),
             Endpoint::Messages => ("]", "max_tokens", false),
             Endpoint::Completions => ("Assistant:\"", "max_tokens", stream),
@@ -578,7 +653,7 @@ impl RunConfig {
         if !has(cap) {
             b.push_str(&format!(",\"{cap}\":{max_output_tokens}"));
         }
-        if self.ignore_eos && !has("ignore_eos") {
+        if self.request.ignore_eos && !has("ignore_eos") {
             b.push_str(",\"ignore_eos\":true");
         }
         if !has("stream") {
@@ -592,12 +667,12 @@ impl RunConfig {
             b.push_str(",\"stream_options\":{\"include_usage\":true}");
         }
         if self.return_cached_tokens_details
-            && self.endpoint == Endpoint::Chat
+            && self.request.endpoint == Endpoint::Chat
             && !has("return_cached_tokens_details")
         {
             b.push_str(",\"return_cached_tokens_details\":true");
         }
-        for (k, v) in &self.extra_body {
+        for (k, v) in &self.request.extra_body {
             if v.is_null() {
                 continue;
             }
@@ -633,12 +708,14 @@ mod tests {
         assert_eq!(v["ignore_eos"], true);
         assert_eq!(v["stream_options"]["include_usage"], true);
         assert_eq!(v["messages"][0]["content"], "hi");
-        c.extra_body
+        c.request
+            .extra_body
             .insert("max_completion_tokens".into(), 3.into());
-        c.extra_body
+        c.request
+            .extra_body
             .insert("ignore_eos".into(), serde_json::Value::Null);
-        c.extra_body.insert("top_k".into(), 1.into());
-        c.output_cap_field = OutputCapField::MaxCompletionTokens;
+        c.request.extra_body.insert("top_k".into(), 1.into());
+        c.request.output_cap_field = OutputCapField::MaxCompletionTokens;
         let body = c.body(msgs, 7);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["max_completion_tokens"], 3);
@@ -648,8 +725,8 @@ mod tests {
             1,
             "no duplicate keys"
         );
-        c.output_cap_field = OutputCapField::MaxTokens;
-        c.response = ResponseMode::Whole;
+        c.request.output_cap_field = OutputCapField::MaxTokens;
+        c.request.response = ResponseMode::Whole;
         let v: serde_json::Value = serde_json::from_str(&c.body(msgs, 7)).unwrap();
         assert_eq!(v["max_tokens"], 7);
         assert_eq!(v["stream"], false);
@@ -716,7 +793,7 @@ mod tests {
             assert_eq!(v["messages"][0]["content"], "Be brief.");
             assert_eq!(v["max_completion_tokens"], 9);
 
-            c.endpoint = Endpoint::Responses;
+            c.request.endpoint = Endpoint::Responses;
             let v = body(&c, System::Shared(&sys), long, None);
             assert_eq!(v["input"].as_array().unwrap().len(), 5);
             assert_eq!(v["input"][0]["role"], "system");
@@ -731,7 +808,7 @@ mod tests {
             assert_eq!(v["previous_response_id"], "resp_1");
             assert_eq!(v["input"].as_array().unwrap().len(), 4, "no system item");
 
-            c.endpoint = Endpoint::Messages;
+            c.request.endpoint = Endpoint::Messages;
             let v = body(&c, System::Shared(&sys), long, None);
             assert_eq!(v["system"], "Be brief.");
             let roles: Vec<&str> = v["messages"]
@@ -745,7 +822,7 @@ mod tests {
             let v = body(&c, System::Own("\"own [marker]\""), long, None);
             assert_eq!(v["system"], "own [marker]");
 
-            c.endpoint = Endpoint::Completions;
+            c.request.endpoint = Endpoint::Completions;
             let v = body(&c, System::Shared(&sys), long, None);
             let u1 = if long {
                 "x".repeat(20_000)
@@ -799,7 +876,7 @@ mod tests {
     #[test]
     fn generated_answers_join_in_the_endpoints_rendering() {
         let mut c = RunConfig::new("m", 1);
-        c.endpoint = Endpoint::Completions;
+        c.request.endpoint = Endpoint::Completions;
         let mut conv = crate::Conversation::rendered(0, c.render());
         conv.push_msg(&pm(Role::User, "hi"));
         conv.comma();
@@ -831,7 +908,7 @@ mod tests {
                 Endpoint::Completions,
             ] {
                 let mut c = RunConfig::new("m", 1);
-                c.endpoint = endpoint;
+                c.request.endpoint = endpoint;
                 let bytes = |system: System<'_>| {
                     c.body_segments(system, &conv(&c, false), 9, None, None)
                         .to_bytes()

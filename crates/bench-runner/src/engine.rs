@@ -339,7 +339,7 @@ pub async fn run<T: Transport>(
 ) -> RunOutcome {
     let start = Instant::now();
     let shared = Arc::new(Shared {
-        fuse: cfg.max_duration.map(|d| start + d),
+        fuse: cfg.limits.max_duration.map(|d| start + d),
         client,
         observers,
         start,
@@ -406,7 +406,7 @@ pub async fn run<T: Transport>(
                 max_turns: usize::MAX,
             },
             warmup: false,
-            deadline: shared.cfg.duration.map(|d| measure_start + d),
+            deadline: shared.cfg.limits.duration.map(|d| measure_start + d),
             next: AtomicUsize::new(0),
             active: AtomicU32::new(0),
             draining: AtomicBool::new(false),
@@ -428,7 +428,7 @@ pub async fn run<T: Transport>(
         StopReason::Cancelled
     } else if shared.fuse_blown.load(Ordering::SeqCst) {
         StopReason::MaxDuration
-    } else if shared.duration_hit.load(Ordering::SeqCst) || shared.cfg.duration.is_some() {
+    } else if shared.duration_hit.load(Ordering::SeqCst) || shared.cfg.limits.duration.is_some() {
         StopReason::Duration
     } else {
         StopReason::Exhausted
@@ -745,7 +745,7 @@ async fn play_session<T: Transport>(
         replay,
         warmup: ph.warmup,
     });
-    let marker = match (cfg.cache_bust, ph.warmup) {
+    let marker = match (cfg.request.cache_bust, ph.warmup) {
         (true, true) => Some(format!("[bench warmup {}]", sess.id)),
         (true, false) if replay > 0 => Some(format!("[bench replay {}#{replay}]", sess.id)),
         _ => None,
@@ -781,8 +781,8 @@ async fn play_session<T: Transport>(
     let mut own_before = 0usize;
     // Responses with server-side state: the id the next turn continues, when the last turn
     // gave one.
-    let server_state = cfg.endpoint == bench_transport::Endpoint::Responses
-        && cfg.responses_state == crate::config::ResponsesState::Server;
+    let server_state = cfg.request.endpoint == bench_transport::Endpoint::Responses
+        && cfg.request.responses_state == crate::config::ResponsesState::Server;
     let mut previous_response_id: Option<String> = None;
     let mut status = SessionStatus::Completed;
     let mut played = 0u32;
@@ -798,6 +798,7 @@ async fn play_session<T: Transport>(
             _ => Instant::now(),
         };
         if let Some(wait) = cfg
+            .request
             .tool_waits
             .wait(turn.pre_gap_ms)
             .filter(|_| turn.index > 0)
@@ -805,6 +806,7 @@ async fn play_session<T: Transport>(
             due += wait;
             // A session whose next turn would come after its timeout ends now, not after the wait.
             if cfg
+                .limits
                 .session_timeout
                 .is_some_and(|t| due.saturating_duration_since(play_start) >= t)
             {
@@ -820,6 +822,7 @@ async fn play_session<T: Transport>(
             break;
         }
         if cfg
+            .limits
             .session_timeout
             .is_some_and(|t| now.duration_since(play_start) >= t)
         {
@@ -898,7 +901,7 @@ async fn play_session<T: Transport>(
             previous_response_id = result.as_ref().ok().and_then(|o| o.response_id.clone());
         }
         messages.comma();
-        match (cfg.content_mode, &result) {
+        match (cfg.request.content_mode, &result) {
             (ContentMode::Model, Ok(o)) => {
                 let text = serde_json::to_string(&o.content).unwrap_or_default();
                 messages.push_text(bench_workload::plan::Role::Assistant, &text);
@@ -949,7 +952,7 @@ async fn play_session<T: Transport>(
 /// session's headers and the endpoint's.
 fn request_options<T: Transport>(sh: &Shared<T>, session_id: &str, now: Instant) -> RequestOptions {
     let cfg = &sh.cfg;
-    let mut timeout = cfg.turn_timeout;
+    let mut timeout = cfg.limits.turn_timeout;
     if let Some(f) = sh.fuse {
         timeout = timeout.min(f.saturating_duration_since(now));
     }
@@ -957,7 +960,7 @@ fn request_options<T: Transport>(sh: &Shared<T>, session_id: &str, now: Instant)
         timeout: Some(timeout.max(Duration::from_millis(1))),
         headers: cfg.headers_for(session_id),
         worker_header: cfg.worker_header.clone(),
-        endpoint: cfg.endpoint,
+        endpoint: cfg.request.endpoint,
     };
     opts.headers.extend(cfg.endpoint_headers.iter().cloned());
     opts
@@ -980,13 +983,13 @@ async fn send_with_retries<T: Transport>(
     Vec<bench_rundir::FailedAttempt>,
 ) {
     let cfg = &sh.cfg;
-    let stream = cfg.response == ResponseMode::Stream;
+    let stream = cfg.request.response == ResponseMode::Stream;
     let mut failed = Vec::new();
     let mut attempt = 1u32;
     loop {
         let sent = Instant::now();
         if attempt > 1 {
-            let mut timeout = cfg.turn_timeout;
+            let mut timeout = cfg.limits.turn_timeout;
             if let Some(f) = sh.fuse {
                 timeout = timeout.min(f.saturating_duration_since(sent));
             }

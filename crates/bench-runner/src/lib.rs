@@ -42,8 +42,8 @@ pub mod observer;
 mod prefix;
 
 pub use config::{
-    Arrival, ArrivalProcess, ContentMode, OutputCapField, ResponseMode, ResponsesState, Retry,
-    RunConfig, System, ToolWaits,
+    Arrival, ArrivalProcess, ContentMode, Limits, OutputCapField, RequestShape, ResponseMode,
+    ResponsesState, Retry, RunConfig, System, ToolWaits,
 };
 pub use conv::{Conversation, Render};
 pub use engine::{CancelToken, RunOutcome, StopReason, Transport, WARMUP_TURNS, run};

@@ -280,8 +280,8 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
         _ => sess.system.as_deref(),
     };
     let system = opening.system(system_msg);
-    let server_state = cfg.endpoint == bench_transport::Endpoint::Responses
-        && cfg.responses_state == crate::config::ResponsesState::Server;
+    let server_state = cfg.request.endpoint == bench_transport::Endpoint::Responses
+        && cfg.request.responses_state == crate::config::ResponsesState::Server;
     let overhead = bench_workload::plan::MESSAGE_OVERHEAD_TOKENS;
     let mut prev_end: Option<(Instant, u32)> = None;
     for (pos, &n) in nodes.iter().enumerate() {
@@ -364,12 +364,14 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
             _ => released,
         };
         if let Some(wait) = cfg
+            .request
             .tool_waits
             .wait(turn.pre_gap_ms)
             .filter(|_| !first_of_session)
         {
             due += wait;
             if cfg
+                .limits
                 .session_timeout
                 .is_some_and(|t| due.saturating_duration_since(ctx.play_start) >= t)
             {
@@ -387,6 +389,7 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
             return;
         }
         if cfg
+            .limits
             .session_timeout
             .is_some_and(|t| now.duration_since(ctx.play_start) >= t)
         {
@@ -477,7 +480,7 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
         }
         st.messages.comma();
         let mut answer = None;
-        match (cfg.content_mode, &result) {
+        match (cfg.request.content_mode, &result) {
             (ContentMode::Model, Ok(o)) => {
                 let text = serde_json::to_string(&o.content).unwrap_or_default();
                 st.messages.push_text(Role::Assistant, &text);

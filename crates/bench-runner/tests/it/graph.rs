@@ -199,7 +199,7 @@ async fn a_child_starts_from_its_parents_context_and_a_join_gets_the_answers() {
     for mode in [ContentMode::Trace, ContentMode::Model] {
         let fake = Fake::default();
         let mut cfg = RunConfig::new("fake", 1);
-        cfg.content_mode = mode;
+        cfg.request.content_mode = mode;
         play(&fake, cfg).await;
         let seen = fake.seen.lock().unwrap().clone();
         let sent = |needle: &str| {
@@ -330,7 +330,7 @@ async fn warmup_plays_the_first_turns_of_each_branch_and_deadlines_cut_every_bra
     // A deadline in the middle of the subagents: what is cut is not sent, nor what waits on it.
     let fake = Fake::default();
     let mut cfg = RunConfig::new("fake", 1);
-    cfg.duration = Some(Duration::from_millis(600));
+    cfg.limits.duration = Some(Duration::from_millis(600));
     let out = play(&fake, cfg).await;
     let sent: Vec<u32> = out.turns.iter().map(|t| t.turn_index).collect();
     assert!(sent.contains(&5) && !sent.contains(&2), "{sent:?}");

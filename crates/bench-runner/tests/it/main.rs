@@ -116,7 +116,7 @@ async fn duration_loops_the_pool_truncates_and_busts_the_cache() {
     let s = sim(fixed(20, 2)).await;
     let plan = synthetic(2, 50, GapPolicy::Zero);
     let mut cfg = RunConfig::new("bench-sim", 2);
-    cfg.duration = Some(Duration::from_millis(600));
+    cfg.limits.duration = Some(Duration::from_millis(600));
     let out = run(plan, client(&s.base_url()), cfg, vec![], CancelToken::new()).await;
     assert_eq!(out.stopped_by, StopReason::Duration);
     // 50-turn sessions of ~34 ms turns cannot finish in 600 ms: cut at a turn boundary.
@@ -136,7 +136,7 @@ async fn duration_loops_the_pool_truncates_and_busts_the_cache() {
     let s = sim(LatencyMode::Instant).await;
     let plan = synthetic(2, 2, GapPolicy::Zero);
     let mut cfg = RunConfig::new("bench-sim", 2);
-    cfg.duration = Some(Duration::from_millis(300));
+    cfg.limits.duration = Some(Duration::from_millis(300));
     let out = run(plan, client(&s.base_url()), cfg, vec![], CancelToken::new()).await;
     let replays: Vec<_> = out.sessions.iter().filter(|s| s.replay > 0).collect();
     assert!(!replays.is_empty());
@@ -157,7 +157,7 @@ async fn the_fuse_cuts_requests_in_flight() {
     let s = sim(fixed(2000, 1)).await;
     let plan = synthetic(2, 3, GapPolicy::Zero);
     let mut cfg = RunConfig::new("bench-sim", 2);
-    cfg.max_duration = Some(Duration::from_millis(300));
+    cfg.limits.max_duration = Some(Duration::from_millis(300));
     let out = run(plan, client(&s.base_url()), cfg, vec![], CancelToken::new()).await;
     assert_eq!(out.stopped_by, StopReason::MaxDuration);
     assert!(
@@ -180,7 +180,7 @@ async fn turn_timeout_and_context_guard() {
     let s = sim(fixed(500, 1)).await;
     let plan = synthetic(1, 2, GapPolicy::Zero);
     let mut cfg = RunConfig::new("bench-sim", 1);
-    cfg.turn_timeout = Duration::from_millis(100);
+    cfg.limits.turn_timeout = Duration::from_millis(100);
     let out = run(
         plan.clone(),
         client(&s.base_url()),
@@ -231,7 +231,7 @@ async fn tool_waits_are_honoured_and_excluded_from_latency() {
     );
     assert!(out.sessions[0].busy_s < 0.5);
     let mut cfg = RunConfig::new("bench-sim", 1);
-    cfg.tool_waits = bench_runner::ToolWaits::Skip;
+    cfg.request.tool_waits = bench_runner::ToolWaits::Skip;
     let out = run(plan, client(&s.base_url()), cfg, vec![], CancelToken::new()).await;
     assert!(
         out.elapsed < Duration::from_millis(500),
@@ -413,9 +413,9 @@ async fn every_endpoint_replays_and_server_state_matches_client_state() {
     ) -> Vec<TurnRecord> {
         let s = sim(LatencyMode::Instant).await;
         let mut cfg = RunConfig::new("bench-sim", 1);
-        cfg.endpoint = endpoint;
-        cfg.responses_state = state;
-        cfg.content_mode = content;
+        cfg.request.endpoint = endpoint;
+        cfg.request.responses_state = state;
+        cfg.request.content_mode = content;
         let out = run(
             synthetic(2, 3, GapPolicy::Zero),
             client(&s.base_url()),

@@ -495,7 +495,7 @@ async fn duration_loops_the_pool_marks_replays_and_truncates_at_the_deadline() {
     let mut pool = sessions(2, 3);
     pool[0].system = Some(text(Role::System, "You are s0."));
     let mut cfg = RunConfig::new("fake", 2);
-    cfg.duration = Some(ms(1050));
+    cfg.limits.duration = Some(ms(1050));
     let t0 = Instant::now();
     let out = play(pool, &fake, cfg).await;
 
@@ -601,7 +601,7 @@ async fn the_fuse_cuts_a_request_in_flight_and_a_tool_wait() {
     });
     let pool = vec![session(0, 3, 0.0), session(1, 2, 30_000.0)];
     let mut cfg = RunConfig::new("fake", 2);
-    cfg.max_duration = Some(ms(250));
+    cfg.limits.max_duration = Some(ms(250));
     let t0 = Instant::now();
     let out = play(pool, &fake, cfg).await;
 
@@ -644,7 +644,7 @@ async fn a_turn_timeout_fails_the_turn_and_the_run_goes_on() {
         }
     });
     let mut cfg = RunConfig::new("fake", 1);
-    cfg.turn_timeout = ms(500);
+    cfg.limits.turn_timeout = ms(500);
     let out = play(sessions(2, 3), &fake, cfg).await;
 
     assert_eq!(out.stopped_by, StopReason::Exhausted);
@@ -713,7 +713,7 @@ async fn every_ok_turn_announces_its_answer_right_before_it_finishes() {
         }
     });
     let mut cfg = RunConfig::new("fake", 2);
-    cfg.turn_timeout = ms(500);
+    cfg.limits.turn_timeout = ms(500);
     let answers = Arc::new(Answers::default());
     let out = run(
         plan(sessions(2, 3)),
@@ -755,7 +755,7 @@ async fn a_session_timeout_stops_the_session_at_its_next_turn_boundary() {
     // s0: 5 turns of 100 ms. s1: 2 turns. s2: 3 turns with 200 ms tool waits.
     let pool = vec![session(0, 5, 0.0), session(1, 2, 0.0), session(2, 3, 200.0)];
     let mut cfg = RunConfig::new("fake", 1);
-    cfg.session_timeout = Some(ms(250));
+    cfg.limits.session_timeout = Some(ms(250));
     let out = play(pool, &fake, cfg).await;
 
     assert_eq!(out.stopped_by, StopReason::Exhausted);
@@ -827,7 +827,7 @@ async fn tool_waits_are_honoured_scaled_capped_and_never_latency() {
     for (scale, cap, no_gaps, gap) in cases {
         let fake = Fake::new(|_, _| lat(100, 10)); // 100 + 7 x 10 = 170 ms a turn
         let mut cfg = RunConfig::new("fake", 1);
-        cfg.tool_waits = if no_gaps {
+        cfg.request.tool_waits = if no_gaps {
             ToolWaits::Skip
         } else {
             ToolWaits::Honour {
@@ -1193,7 +1193,7 @@ async fn the_run_drains_once_when_it_starts_no_further_session_or_turn() {
     // after it (1100 ms) starts nothing more.
     let times = Arc::new(PhaseTimes::default());
     let mut cfg = RunConfig::new("fake", 2);
-    cfg.duration = Some(ms(1050));
+    cfg.limits.duration = Some(ms(1050));
     run(
         plan(sessions(2, 3)),
         fake.clone(),
@@ -1268,7 +1268,7 @@ async fn the_duration_counts_from_the_end_of_the_warmup() {
     let fake = Fake::uniform(100);
     let mut cfg = RunConfig::new("fake", 2);
     cfg.warmup_sessions = 2;
-    cfg.duration = Some(ms(450));
+    cfg.limits.duration = Some(ms(450));
     let out = play(sessions(3, 10), &fake, cfg).await;
 
     assert_eq!(out.stopped_by, StopReason::Duration);
