@@ -2,7 +2,7 @@
 //!
 //! Rules (also in `docs/telemetry.md`, "Resume"):
 //!
-//! - **Configuration**: the [`RunSpec`] recorded in `run.json`. Header values are never
+//! - **Configuration**: the [`crate::RunSpec`] recorded in `run.json`. Header values are never
 //!   recorded, so a run that sent headers needs them again (in [`crate::RunOptions`]).
 //! - **Refused** (one line): a run whose process still runs, or cannot be checked (another
 //!   host); a run that already finished (stopped by `completed` or `exhausted`); a duration

@@ -469,7 +469,7 @@ impl RunConfig {
         b
     }
 
-    /// The body of [`RunConfig::endpoint`] as pieces sent without being joined: the
+    /// The body of [`RequestShape::endpoint`] as pieces sent without being joined: the
     /// conversation's own pieces ([`crate::Conversation`], written with
     /// [`RunConfig::render`]) and a long shared system prompt are not copied.
     /// `previous_response_id` (Responses, server state): `conv` holds only this turn's input,
@@ -626,7 +626,7 @@ impl RunConfig {
         b.push_str("\"messages\":[");
     }
 
-    /// How a conversation is written for [`RunConfig::endpoint`].
+    /// How a conversation is written for [`RequestShape::endpoint`].
     pub fn render(&self) -> crate::conv::Render {
         match self.request.endpoint {
             bench_transport::Endpoint::Chat | bench_transport::Endpoint::Responses => {
