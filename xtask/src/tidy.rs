@@ -31,7 +31,7 @@ mod tests {
 
     /// `bench-cli/src` holds clap, rendering and exit codes; the logic lives in the libraries.
     /// Its size may only go down: lower `MAX_CLI_LINES` with it, towards the 2,000 of issue #31.
-    const MAX_CLI_LINES: usize = 3_760;
+    const MAX_CLI_LINES: usize = 3_693;
 
     #[test]
     fn the_cli_stays_wiring() {

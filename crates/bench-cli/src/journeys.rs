@@ -129,7 +129,7 @@ pub struct JourneysCmd {
     pub shards: Option<u32>,
     /// Start timing at this UTC time (RFC 3339), so that shards on several hosts start
     /// together. Refused when already more than 5 s past.
-    #[arg(long, value_name = "UTC_TIME", value_parser = crate::run_args::parse_start_at)]
+    #[arg(long, value_name = "UTC_TIME", value_parser = bench_run::placement::parse_start_at)]
     pub start_at: Option<time::OffsetDateTime>,
     /// TLS for an https:// --base-url.
     #[command(flatten)]
@@ -207,17 +207,15 @@ impl JourneysCmd {
                 )));
             }
         }
-        let shard = match (self.shard, self.shards) {
-            (Some(s), _) => Some(s),
-            (None, Some(n)) => Some(crate::run_args::shard_from_env(
-                n,
-                std::env::var("JOB_COMPLETION_INDEX").ok().as_deref(),
-            )?),
-            (None, None) => None,
-        };
+        let placement = bench_run::placement::Placement::from_flags(
+            self.shard,
+            self.shards,
+            std::env::var("JOB_COMPLETION_INDEX").ok().as_deref(),
+            self.start_at,
+        )
+        .map_err(crate::run::run_error)?;
         Ok(JourneysSpec {
-            shard,
-            start_at: self.start_at,
+            placement,
             params,
             pack: self.pack.clone(),
             file: self.file.clone(),
@@ -319,11 +317,11 @@ pub async fn run_journeys(args: JourneysCmd, given: &[String]) -> Result<(), Cli
     };
     let handle = start_journeys(spec, options).await.map_err(run_error)?;
     let canceller = handle.canceller();
+    // SIGINT or SIGTERM (what Kubernetes sends a shard's pod).
     let sig = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("bench journeys: stopping: operations in flight finish, teardown runs");
-            canceller.cancel(CancelledBy::Signal);
-        }
+        crate::wait_for_shutdown_signal().await;
+        eprintln!("bench journeys: stopping: operations in flight finish, teardown runs");
+        canceller.cancel(CancelledBy::Signal);
     });
     let done = handle.wait().await;
     sig.abort();

@@ -522,25 +522,7 @@ pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
 
 /// Ctrl-C, or SIGTERM (what a container runtime sends).
 pub(crate) async fn wait_for_shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    run::Signals::new().next().await;
 }
 
 /// `--header K=V` values, validated.

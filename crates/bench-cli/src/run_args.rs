@@ -20,31 +20,6 @@ use crate::run::run_error;
 /// Help heading of the flags that spread a run over several machines.
 const SHARDING: &str = "Sharding (several client machines)";
 
-/// `--start-at`: an RFC 3339 time.
-pub fn parse_start_at(s: &str) -> Result<time::OffsetDateTime, String> {
-    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-        .map_err(|e| format!("{s:?} is not an RFC 3339 time such as 2026-12-02T10:00:00Z ({e})"))
-}
-
-/// `--shards N`: this pod's index from Kubernetes' `JOB_COMPLETION_INDEX` (`index`).
-pub fn shard_from_env(
-    count: u32,
-    index: Option<&str>,
-) -> Result<bench_workload::shard::Shard, CliError> {
-    let Some(i) = index else {
-        return Err(CliError::Usage(format!(
-            "--shards {count}: JOB_COMPLETION_INDEX is not set (Kubernetes sets it in the pods \
-             of an Indexed Job); elsewhere give --shard I/{count}"
-        )));
-    };
-    let i: u32 = i.trim().parse().map_err(|_| {
-        CliError::Usage(format!(
-            "--shards {count}: JOB_COMPLETION_INDEX={i:?} is not a whole number"
-        ))
-    })?;
-    bench_workload::shard::Shard::new(i, count)
-        .map_err(|e| CliError::Usage(format!("--shards {count} (JOB_COMPLETION_INDEX={i}): {e}")))
-}
 use crate::workload::{ABENCH, PlanArgs};
 use crate::{CliError, SimModelArgs};
 
@@ -174,7 +149,7 @@ pub struct RunCmd {
     /// Plan and check the server, then start the measured run at this UTC time (RFC 3339, e.g.
     /// 2026-12-02T10:00:00Z), so that shards on several hosts start together. Refused when
     /// already more than 5 s past.
-    #[arg(long, value_name = "UTC_TIME", value_parser = parse_start_at, help_heading = SHARDING)]
+    #[arg(long, value_name = "UTC_TIME", value_parser = bench_run::placement::parse_start_at, help_heading = SHARDING)]
     pub start_at: Option<time::OffsetDateTime>,
     /// Run for this long, looping the pool (e.g. 90s, 5m); no new session or turn after it.
     #[arg(long, value_parser = parse_duration_or_zero)]
@@ -585,9 +560,9 @@ pub const SPEC_KEYS: &[(&str, &[&str])] = &[
     ("output", &["/exports/result_line"]),
     ("csv", &["/exports/turns_csv"]),
     ("tag", &["/exports/tag"]),
-    ("shard", &["/shard"]),
-    ("shards", &["/shard"]),
-    ("start_at", &["/start_at"]),
+    ("shard", &["/placement/shard"]),
+    ("shards", &["/placement/shard"]),
+    ("start_at", &["/placement/start_at"]),
 ];
 
 /// The `bench run` flags that are not settings of the run (how it is shown, where its
@@ -818,17 +793,15 @@ impl RunCmd {
                 ResponsesStateArg::Server => bench_runner::ResponsesState::Server,
             },
         };
-        let shard = match (self.shard, self.shards) {
-            (Some(s), _) => Some(s),
-            (None, Some(n)) => Some(shard_from_env(
-                n,
-                std::env::var("JOB_COMPLETION_INDEX").ok().as_deref(),
-            )?),
-            (None, None) => None,
-        };
+        let placement = bench_run::placement::Placement::from_flags(
+            self.shard,
+            self.shards,
+            std::env::var("JOB_COMPLETION_INDEX").ok().as_deref(),
+            self.start_at,
+        )
+        .map_err(run_error)?;
         let spec = RunSpec {
-            shard,
-            start_at: self.start_at,
+            placement,
             graders: Default::default(),
             target,
             plan,

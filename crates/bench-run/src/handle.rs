@@ -1,4 +1,4 @@
-//! A run in progress ([`RunHandle`], [`Canceller`]), how it ended ([`RunReport`]) and its
+//! A run in progress ([`Handle`]: [`RunHandle`], [`crate::journeys::JourneysHandle`]; [`Canceller`]), how it ended ([`RunReport`]) and its
 //! gate ([`gate`]: `bench run`'s exit status).
 
 use std::path::{Path, PathBuf};
@@ -11,26 +11,33 @@ use bench_runner::CancelToken;
 
 use crate::{CancelledBy, Events, ProgressCounters, RunError, Snapshot, secrets};
 
-/// A run in progress.
+/// A run in progress: a replay ([`RunHandle`]) or a journeys suite
+/// ([`crate::journeys::JourneysHandle`]), `R` what [`Handle::wait`] returns.
 #[derive(Debug)]
-pub struct RunHandle {
+pub struct Handle<R> {
+    /// The run directory (empty: a journeys run that writes nothing).
     pub(crate) dir: PathBuf,
     pub(crate) events: Arc<Events>,
-    pub(crate) progress: Arc<ProgressCounters>,
+    /// A replay's live counters (a journeys run has none).
+    pub(crate) progress: Option<Arc<ProgressCounters>>,
     pub(crate) canceller: Canceller,
-    pub(crate) task: tokio::task::JoinHandle<Result<RunReport, RunError>>,
+    pub(crate) task: tokio::task::JoinHandle<Result<R, RunError>>,
     pub(crate) secrets: secrets::Secrets,
 }
 
-/// Stops a run from anywhere (clonable, `Send`).
-#[derive(Debug, Clone)]
+/// A replay in progress.
+pub type RunHandle = Handle<RunReport>;
+
+/// Stops a run from anywhere (clonable, `Send`): a replay or a journeys suite.
+#[derive(Debug, Clone, Default)]
 pub struct Canceller {
     pub(crate) token: CancelToken,
     pub(crate) by_signal: Arc<AtomicBool>,
 }
 
 impl Canceller {
-    /// Stops dispatching: no new session or turn; turns in flight finish.
+    /// Stops starting work: no new session or turn (a journeys suite: no new operation or
+    /// run); what is in flight finishes.
     pub fn cancel(&self, by: CancelledBy) {
         if by == CancelledBy::Signal {
             self.by_signal.store(true, Ordering::SeqCst);
@@ -38,7 +45,8 @@ impl Canceller {
         self.token.cancel();
     }
 
-    /// Cuts the turns in flight too (their records say `cancelled`).
+    /// Cuts a replay's turns in flight too (their records say `cancelled`). A journeys
+    /// suite's operations are not cut: as [`Canceller::cancel`] by the caller.
     pub fn abort(&self) {
         self.token.cancel();
         self.token.abort();
@@ -53,12 +61,7 @@ impl Canceller {
     }
 }
 
-impl RunHandle {
-    /// The run directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
+impl<R> Handle<R> {
     /// The lifecycle events from now on (the same typed events `events.jsonl` holds; the
     /// file has the earlier ones). A receiver that falls [`crate::events::EVENT_BUFFER`] behind is
     /// told it lagged.
@@ -72,25 +75,11 @@ impl RunHandle {
         self.events.subscribe_with_history()
     }
 
-    /// The counters now (turns, sessions, active, failures, output tok/s so far, ETA).
-    pub fn progress(&self) -> Snapshot {
-        self.progress.snapshot_now()
-    }
-
-    /// The live counters, for a display that samples them on its own clock.
-    pub fn progress_counters(&self) -> Arc<ProgressCounters> {
-        self.progress.clone()
-    }
-
-    /// Stops dispatching: no new session or turn; turns in flight finish; the run is
-    /// finalized and marked `cancelled`.
+    /// Stops starting work (no new session or turn; a journeys suite: no new operation or
+    /// run); what is in flight finishes (a journeys suite's teardown runs); the run is
+    /// finalized and marked `cancelled`, its result covering what ran.
     pub fn cancel(&self) {
         self.canceller.cancel(CancelledBy::Caller);
-    }
-
-    /// Cuts the turns in flight too.
-    pub fn abort(&self) {
-        self.canceller.abort();
     }
 
     /// A handle to cancel or abort from elsewhere (a signal handler).
@@ -99,12 +88,36 @@ impl RunHandle {
     }
 
     /// Waits for the end: the result is written and the report returned.
-    pub async fn wait(self) -> Result<RunReport, RunError> {
+    pub async fn wait(self) -> Result<R, RunError> {
         let secrets = self.secrets;
         self.task
             .await
             .map_err(|e| RunError::Failed(format!("the run task failed: {e}")))?
             .map_err(|e| e.scrub(&secrets))
+    }
+}
+
+impl RunHandle {
+    /// The run directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The counters now (turns, sessions, active, failures, output tok/s so far, ETA).
+    pub fn progress(&self) -> Snapshot {
+        self.progress_counters().snapshot_now()
+    }
+
+    /// The live counters, for a display that samples them on its own clock.
+    pub fn progress_counters(&self) -> Arc<ProgressCounters> {
+        self.progress
+            .clone()
+            .unwrap_or_else(|| Arc::new(ProgressCounters::new(None, 0, None)))
+    }
+
+    /// Cuts the turns in flight too.
+    pub fn abort(&self) {
+        self.canceller.abort();
     }
 }
 

@@ -37,14 +37,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bench_journeys::{Cancel, Env, Gates, Journey, OpEvent, Report, RunRow, SuiteConfig};
-use bench_rundir::{EventLine, LifecycleEvent, Opened, RunKind, StopBy, files};
+use bench_rundir::{LifecycleEvent, Opened, RunKind, StopBy, files};
 use bench_sim::SimServer;
 use bench_transport::{Client, ClientConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::hooks::{Hooks, Operation, RunEnd, RunStart};
 use crate::spec::EmbeddedSim;
-use crate::{CancelledBy, Events, Notice, RunError, lifecycle};
+use crate::{CancelledBy, Canceller, Events, Notice, RunError, lifecycle};
 
 /// The pack run when the spec names neither a pack nor a file.
 pub const DEFAULT_PACK: &str = "openai";
@@ -100,17 +100,10 @@ pub struct JourneysSpec {
     /// `{{env.NAME}}` in the file instead.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub params: BTreeMap<String, String>,
-    /// Play shard I of N of the suite's (journey, run) pairs (`--shard I/N`: the pairs in
-    /// order, every N-th from the I-th); `bench merge` puts the shards' reports together.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shard: Option<bench_workload::shard::Shard>,
-    /// Start timing at this instant (`--start-at`), so that shards on several hosts start
-    /// together; refused when more than [`crate::spec::START_AT_SLACK`] past.
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        with = "time::serde::rfc3339::option"
-    )]
-    pub start_at: Option<time::OffsetDateTime>,
+    /// Which shard of the suite's (journey, run) pairs this process plays and when it starts
+    /// (`[placement]`: `shard`, `start_at`; not written when neither is set).
+    #[serde(skip_serializing_if = "crate::placement::Placement::is_unset")]
+    pub placement: crate::placement::Placement,
 }
 
 impl Default for JourneysSpec {
@@ -134,8 +127,7 @@ impl Default for JourneysSpec {
             tls: bench_transport::TlsOptions::default(),
             endpoint: bench_transport::Endpoint::Chat,
             params: BTreeMap::new(),
-            shard: None,
-            start_at: None,
+            placement: Default::default(),
         }
     }
 }
@@ -293,14 +285,14 @@ impl JourneysSpec {
             concurrency: self.concurrency.max(1),
             requests: self.requests,
             runs: self.runs,
-            shard: self.shard.map(|s| (s.index, s.count)),
+            shard: self.placement.shard.map(|s| (s.index, s.count)),
         }
     }
 
     /// A digest of the spec without its shard and start time: the shards of one journeys
     /// run share it (`bench merge` checks).
     pub fn config_digest(&self) -> String {
-        crate::spec::digest_without(self, &["shard", "start_at"])
+        crate::spec::digest_without(self, &["placement"])
     }
 
     /// The gates.
@@ -352,78 +344,13 @@ impl std::fmt::Debug for JourneysOptions {
     }
 }
 
-/// Stops a journeys run from anywhere (clonable, `Send`).
-#[derive(Debug, Clone)]
-pub struct JourneysCanceller {
-    cancel: Cancel,
-    by_signal: Arc<AtomicBool>,
-}
-
-impl JourneysCanceller {
-    /// No new operation or run starts; operations in flight finish and teardown runs; the
-    /// report covers what ran. `CancelledBy::Signal` marks the run stopped by `signal`.
-    pub fn cancel(&self, by: CancelledBy) {
-        if by == CancelledBy::Signal {
-            self.by_signal.store(true, Ordering::SeqCst);
-        }
-        self.cancel.cancel();
-    }
-
-    fn by(&self) -> StopBy {
-        if self.by_signal.load(Ordering::SeqCst) {
-            StopBy::Signal
-        } else {
-            StopBy::Cancelled
-        }
-    }
-}
-
 /// A journeys run in progress.
-#[derive(Debug)]
-pub struct JourneysHandle {
-    dir: Option<PathBuf>,
-    events: Arc<Events>,
-    canceller: JourneysCanceller,
-    task: tokio::task::JoinHandle<Result<JourneysReport, RunError>>,
-    secrets: crate::secrets::Secrets,
-}
+pub type JourneysHandle = crate::handle::Handle<JourneysReport>;
 
 impl JourneysHandle {
     /// The run directory (`None`: nothing is written).
     pub fn dir(&self) -> Option<&Path> {
-        self.dir.as_deref()
-    }
-
-    /// The lifecycle events from now on.
-    pub fn events(&self) -> crate::EventStream {
-        self.events.subscribe()
-    }
-
-    /// Every event so far (`run.started` first) and a receiver of the ones after: nothing
-    /// missing between the two, nothing in both (as [`crate::RunHandle::events_with_history`]).
-    pub fn events_with_history(&self) -> (Vec<EventLine>, crate::EventStream) {
-        self.events.subscribe_with_history()
-    }
-
-    /// No new operation or run starts; operations in flight finish, teardown runs; the run
-    /// stops `cancelled` and its report covers what ran.
-    pub fn cancel(&self) {
-        self.canceller.cancel(CancelledBy::Caller);
-    }
-
-    /// A handle to cancel from elsewhere (a signal handler).
-    pub fn canceller(&self) -> JourneysCanceller {
-        self.canceller.clone()
-    }
-
-    /// Waits for the end: the report (and, with a run directory, `report.json`) and its
-    /// verdict.
-    pub async fn wait(self) -> Result<JourneysReport, RunError> {
-        let secrets = self.secrets;
-        self.task
-            .await
-            .map_err(|e| RunError::Failed(format!("the journeys task failed: {e}")))?
-            .map_err(|e| e.scrub(&secrets))
+        (!self.dir.as_os_str().is_empty()).then_some(self.dir.as_path())
     }
 }
 
@@ -482,7 +409,7 @@ async fn start_checked(
     options: JourneysOptions,
 ) -> Result<JourneysHandle, RunError> {
     let journeys = spec.check()?;
-    crate::check_start_at(spec.start_at, time::OffsetDateTime::now_utc())?;
+    spec.placement.check(time::OffsetDateTime::now_utc())?;
     let cfg = spec.suite_config();
     // One descriptor per operation in flight (two with the embedded simulator) and slack.
     lifecycle::ensure_open_files(
@@ -549,7 +476,7 @@ fn prepare(
                     header_names: options.headers.iter().map(|(k, _)| k.clone()).collect(),
                     plan_digest: journeys_digest(journeys, spec.runs),
                     config_digest: spec.config_digest(),
-                    shard: spec.shard.map(|s| {
+                    shard: spec.placement.shard.map(|s| {
                         let n = u64::from(bench_journeys::suite::plays_in_shard(
                             journeys.len(),
                             spec.runs,
@@ -604,11 +531,8 @@ fn spawn(
     events: Arc<Events>,
     embedded: Option<SimServer>,
 ) -> JourneysHandle {
-    let canceller = JourneysCanceller {
-        cancel: Cancel::new(),
-        by_signal: Arc::new(AtomicBool::new(false)),
-    };
-    let dir = options.run_dir.clone();
+    let canceller = Canceller::default();
+    let dir = options.run_dir.clone().unwrap_or_default();
     let handle_secrets = options.secrets.clone();
     let source = spec.source();
     if let Some(f) = &options.notices {
@@ -672,19 +596,30 @@ fn spawn(
             }
         };
         // `--start-at`: wait for it, a cancel ending the wait.
-        if let Some(at) = spec.start_at {
-            loop {
-                let ahead = at - time::OffsetDateTime::now_utc();
-                if !ahead.is_positive() || c.cancel.is_cancelled() {
-                    break;
-                }
-                let step = ahead.as_seconds_f64().min(0.1);
-                tokio::time::sleep(Duration::from_secs_f64(step)).await;
+        let notice = |n| {
+            if let Some(f) = &options.notices {
+                f(n);
             }
+        };
+        spec.placement
+            .wait("bench journeys", &c.token, notice)
+            .await;
+        // The suite's own cancel, set by the run's.
+        let cancel = Cancel::new();
+        let bridge = tokio::spawn({
+            let (token, cancel) = (c.token.clone(), cancel.clone());
+            async move {
+                token.cancelled().await;
+                cancel.cancel();
+            }
+        });
+        if c.token.is_cancelled() {
+            cancel.cancel();
         }
         let results =
-            bench_journeys::run_suite_observed(&journeys, &env, &cfg, &c.cancel, on_run, &on_op)
+            bench_journeys::run_suite_observed(&journeys, &env, &cfg, &cancel, on_run, &on_op)
                 .await;
+        bridge.abort();
         if let Some(s) = embedded {
             s.shutdown().await;
         }
@@ -724,7 +659,10 @@ fn spawn(
         problems.extend(report.all_failed());
         problems.extend(spec.gates().check(&report));
         let (stopped_by, reason) = if cut {
-            let by = c.by();
+            let by = match c.by() {
+                CancelledBy::Signal => StopBy::Signal,
+                CancelledBy::Caller => StopBy::Cancelled,
+            };
             problems.push(match by {
                 StopBy::Signal => "cancelled (signal): the report covers what ran".to_owned(),
                 _ => "cancelled: the report covers what ran".to_owned(),
@@ -770,6 +708,7 @@ fn spawn(
     JourneysHandle {
         dir,
         events,
+        progress: None,
         canceller,
         task,
         secrets: handle_secrets,

@@ -29,6 +29,7 @@ pub mod journeys;
 pub mod lifecycle;
 pub mod merge;
 mod options;
+pub mod placement;
 pub mod probe;
 pub mod progress;
 pub mod report;
@@ -44,12 +45,11 @@ pub mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use bench_report::export::LineContext;
 use bench_rundir::{LifecycleEvent, Opened, TurnStatus, files};
-use bench_runner::{CancelToken, Observer};
+use bench_runner::Observer;
 use bench_sim::SimServer;
 pub use bench_transport::TlsOptions;
 use bench_transport::{Client, ClientConfig};
@@ -61,7 +61,7 @@ use serde::Serialize;
 
 pub use events::{EventStream, Events, Received, RunDirWriter};
 pub use graders::GradersSpec;
-pub use handle::{Canceller, RunHandle, RunReport, gate};
+pub use handle::{Canceller, Handle, RunHandle, RunReport, gate};
 pub use options::{Notice, RunError, RunOptions};
 pub use progress::{ProgressCounters, Snapshot};
 pub use spec::{
@@ -233,7 +233,7 @@ fn check_inputs(spec: &mut RunSpec, options: &RunOptions, resuming: bool) -> Res
     if resuming {
         return Ok(());
     }
-    check_start_at(spec.start_at, time::OffsetDateTime::now_utc())?;
+    spec.placement.check(time::OffsetDateTime::now_utc())?;
     if let Target::Url {
         header_names,
         secret_header_names,
@@ -256,9 +256,10 @@ async fn plan_run(
     let mut plan = build_plan(spec, options).await?;
     let plan_digest = bench_workload::shard::plan_digest(&plan);
     let shard = spec
+        .placement
         .shard
         .map(|s| bench_workload::shard::keep_shard(&mut plan, s));
-    if let (Some(s), Some(info)) = (spec.shard, shard) {
+    if let (Some(s), Some(info)) = (spec.placement.shard, shard) {
         if info.sessions == 0 {
             return Err(RunError::Invalid(format!(
                 "--shard {s}: this shard has no session (the plan has {} for {} shards): use \
@@ -347,51 +348,6 @@ async fn start_target(
             (Some(server), url, Duration::from_secs(60))
         }
     })
-}
-
-/// Refuses a `--start-at` already more than [`spec::START_AT_SLACK`] past at `now`.
-fn check_start_at(
-    at: Option<time::OffsetDateTime>,
-    now: time::OffsetDateTime,
-) -> Result<(), RunError> {
-    let Some(at) = at else { return Ok(()) };
-    let late = now - at;
-    if late > spec::START_AT_SLACK {
-        return Err(RunError::Invalid(format!(
-            "--start-at {}: already {:.0} s past (shards start together at a time still ahead: \
-             give one a few minutes away)",
-            rfc3339(at),
-            late.as_seconds_f64()
-        )));
-    }
-    Ok(())
-}
-
-fn rfc3339(t: time::OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
-/// Sleeps until `at` (`--start-at`), saying so; a start already past goes at once, with a
-/// warning of how late it is.
-async fn wait_for_start(at: time::OffsetDateTime, options: &RunOptions) {
-    let now = time::OffsetDateTime::now_utc();
-    let ahead = at - now;
-    if ahead.is_positive() {
-        options.notice(Notice::Info(format!(
-            "bench run: ready; starting at {} (in {:.1} s)",
-            rfc3339(at),
-            ahead.as_seconds_f64()
-        )));
-        tokio::time::sleep(Duration::from_secs_f64(ahead.as_seconds_f64())).await;
-    } else if -ahead > time::Duration::milliseconds(100) {
-        options.notice(Notice::Warning(format!(
-            "bench run: started {:.1} s after --start-at {} (planning and the readiness checks \
-             took longer): this shard is late against the others",
-            (-ahead).as_seconds_f64(),
-            rfc3339(at)
-        )));
-    }
 }
 
 /// What names the run's plan and part of it, for `run.json`.
@@ -486,7 +442,7 @@ async fn prepare(
     let max_model_len = spec.request.max_model_len.or(found.max_model_len);
     let detected = server::detect(&scrape_client, &found).await;
     // Shards on several hosts: how this host's clock stands against the server's.
-    let clock = if spec.shard.is_some() || spec.start_at.is_some() {
+    let clock = if spec.placement != placement::Placement::default() {
         server::clock_offset(&scrape_client).await
     } else {
         None
@@ -655,10 +611,7 @@ impl Prepared {
                 .flatten()
                 .min(),
         ));
-        let canceller = Canceller {
-            token: CancelToken::new(),
-            by_signal: Arc::new(AtomicBool::new(false)),
-        };
+        let canceller = Canceller::default();
         let handle_events = self.events.clone();
         let dir = self.dir.clone();
         let (events, writer, plan, client, scrape_client) = (
@@ -673,15 +626,13 @@ impl Prepared {
         let c = canceller.clone();
         let handle_secrets = options.secrets.clone();
         // A resumed run ignores `start_at` (its shards are long past it).
-        let start_at = spec.start_at.filter(|_| resume.is_none());
+        let placement = spec.placement;
         let task = tokio::spawn(async move {
             // The handle exists during the wait for `--start-at`, so a signal (or the caller)
             // can cancel it: the run then stops before its first turn, recorded as cancelled.
-            if let Some(at) = start_at {
-                tokio::select! {
-                    () = wait_for_start(at, &options) => {}
-                    () = c.token.cancelled() => {}
-                }
+            if resume.is_none() {
+                let notice = |n| options.notice(n);
+                placement.wait("bench run", &c.token, notice).await;
             }
             let base_url = client.base_url().to_owned();
             let start_utc = bench_report::export::utc_now();
@@ -835,7 +786,7 @@ impl Prepared {
         RunHandle {
             dir: self.dir,
             events: handle_events,
-            progress,
+            progress: Some(progress),
             canceller,
             task,
             secrets: handle_secrets,

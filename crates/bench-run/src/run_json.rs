@@ -119,8 +119,7 @@ impl ReplayRunJson {
         doc.pid = None;
         doc.shard = None;
         doc.clock = None;
-        doc.spec.shard = None;
-        doc.spec.start_at = None;
+        doc.spec.placement = Default::default();
         match &mut doc.spec.load {
             Load::Closed { concurrency, .. } => *concurrency = total,
             Load::Open {
@@ -183,8 +182,7 @@ impl JourneysRunJson {
         let mut doc = self.clone();
         doc.pid = None;
         doc.shard = None;
-        doc.spec.shard = None;
-        doc.spec.start_at = None;
+        doc.spec.placement = Default::default();
         doc.merged = Some(merged);
         doc
     }

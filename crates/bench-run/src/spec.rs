@@ -52,24 +52,13 @@ pub struct RunSpec {
     /// written to `run.json`).
     #[serde(skip_serializing_if = "GradersSpec::is_empty")]
     pub graders: GradersSpec,
-    /// The part of the plan this process plays (`--shard I/N`): a deterministic partition of
-    /// the plan's sessions ([`bench_workload::shard`]); `None`: all of it. Concurrency and rate
-    /// are this shard's own.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shard: Option<bench_workload::shard::Shard>,
-    /// When the measured run starts (`--start-at`, RFC 3339): shards on several hosts plan and
-    /// check the server first, then start together. Refused when already more than
-    /// [`START_AT_SLACK`] past; ignored by a resumed run.
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        with = "time::serde::rfc3339::option"
-    )]
-    pub start_at: Option<time::OffsetDateTime>,
+    /// Which shard this process plays and when it starts (`[placement]`: `shard`,
+    /// `start_at`; not written when neither is set).
+    #[serde(skip_serializing_if = "crate::placement::Placement::is_unset")]
+    pub placement: crate::placement::Placement,
 }
 
-/// How far in the past `--start-at` may be when the run is started (clocks and process start
-/// differ by a little between hosts).
-pub const START_AT_SLACK: Duration = Duration::from_secs(5);
+pub use crate::placement::START_AT_SLACK;
 
 /// Where requests go.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -376,7 +365,7 @@ impl RunSpec {
     /// without which shard it plays, when it starts and where its exports go. The shards of one
     /// run share it; `bench merge` refuses shards whose digests differ. 32 hex digits.
     pub fn config_digest(&self) -> String {
-        digest_without(self, &["shard", "start_at", "exports"])
+        digest_without(self, &["placement", "exports"])
     }
 
     /// Checks every value; the first problem is one line naming the field.

@@ -348,6 +348,54 @@ fn ctrl_c_while_waiting_for_start_at_stops_the_run_before_its_first_turn() {
 }
 
 #[test]
+fn sigterm_while_a_journeys_shard_waits_for_start_at_stops_it_before_any_run() {
+    // The journeys wait is the replay's (one Placement), and SIGTERM, what Kubernetes sends a
+    // pod, stops it as Ctrl-C does instead of killing the process.
+    let (sim, url) = spawn_sim(&["--instant"]);
+    let tmp_dir = tempdir("shards-journeys-term");
+    let dir = tmp_dir.join("j");
+    let at = (time::OffsetDateTime::now_utc() + time::Duration::seconds(60))
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let mut child = bench()
+        .args(["journeys", "--base-url", &url, "--iterations", "2"])
+        .args(["--shard", "0/2", "--start-at", &at, "--run-dir"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("bench journeys: ready; starting at") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no wait announced");
+    }
+    signal(&child, "-TERM");
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    let status = child.wait().unwrap();
+    // Exited by itself (a process killed by the signal has no exit code), before any run.
+    assert!(status.code().is_some(), "killed by SIGTERM: {rest}");
+    assert!(rest.contains("bench journeys: stopping"), "{rest}");
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    let stopped: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["event"] == "run.stopped")
+        .collect();
+    assert_eq!(stopped.len(), 1, "{events}");
+    assert_eq!(stopped[0]["by"], "signal", "{events}");
+    let report = bench_journeys::Report::read(&dir.join("report.json")).unwrap();
+    assert!(
+        report.journeys.values().all(|j| j.runs.is_empty()),
+        "a run played after the signal: {:?}",
+        report.journeys.keys()
+    );
+    stop_sim(sim);
+}
+
+#[test]
 fn shard_flags_are_checked_before_any_turn() {
     // --shards takes the index from Kubernetes' JOB_COMPLETION_INDEX.
     let o = bench()
