@@ -96,6 +96,12 @@ impl SimTls {
 
     /// The acceptor for the listening socket (HTTP/1.1 over ALPN).
     pub(crate) fn acceptor(&self) -> Result<tokio_rustls::TlsAcceptor, SimError> {
+        Ok(tokio_rustls::TlsAcceptor::from(self.server_config()?))
+    }
+
+    /// The rustls server configuration the simulator serves with (HTTP/1.1 over ALPN), for a
+    /// test server of one's own with the same identity.
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, SimError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -122,7 +128,7 @@ impl SimTls {
             .with_single_cert(self.chain.clone(), self.key.clone_key())
             .map_err(|e| tls_err(format!("certificate and key: {e}")))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+        Ok(Arc::new(config))
     }
 }
 

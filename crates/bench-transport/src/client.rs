@@ -947,23 +947,43 @@ impl Client {
         });
         let mut consumer = ChatStreamConsumer::with_endpoint(sent, streamed, opts.endpoint)
             .with_limits(self.limits);
+        // Whether the body ended as HTTP framing says (the connection can carry the next
+        // request) or the connection went after a complete stream.
+        let mut reusable = true;
         while let Some(frame) = body.frame().await {
             let at = Instant::now();
-            let frame = frame.map_err(|e| {
-                let mut err = map_hyper_error(e, "reading the response stream");
-                if progress.bytes > 0 {
-                    err = Error::new(
-                        err.kind(),
-                        format!(
-                            "{} after {} body bytes and {} output chunks",
-                            err.detail(),
-                            progress.bytes,
-                            progress.chunks
-                        ),
-                    );
+            let frame = match frame {
+                Ok(frame) => frame,
+                // A stream that ended with its API's terminator is complete however the
+                // connection then goes: closed without a TLS close_notify, without the last
+                // chunk of the chunked encoding, or reset (curl and Python's http.client accept
+                // these too).
+                Err(_) if consumer.is_done() => {
+                    reusable = false;
+                    break;
                 }
-                err
-            })?;
+                // A stream closed (not reset) before its terminator: `finish` names what is
+                // missing (incomplete_stream).
+                Err(e) if streamed && is_closed(&e) => {
+                    reusable = false;
+                    break;
+                }
+                Err(e) => {
+                    let mut err = map_hyper_error(e, "reading the response stream");
+                    if progress.bytes > 0 {
+                        err = Error::new(
+                            err.kind(),
+                            format!(
+                                "{} after {} body bytes and {} output chunks",
+                                err.detail(),
+                                progress.bytes,
+                                progress.chunks
+                            ),
+                        );
+                    }
+                    return Err(err);
+                }
+            };
             if let Some(data) = frame.data_ref() {
                 progress.bytes += data.len() as u64;
                 consumer.feed(data, at)?;
@@ -974,7 +994,11 @@ impl Client {
         let opened = conn.opened;
         // The body was read to its end: the connection can carry the next request. (On any
         // error above it is dropped instead, which closes it.)
-        self.checkin(conn).await;
+        if reusable {
+            self.checkin(conn).await;
+        } else {
+            drop(conn);
+        }
         let mut outcome = consumer.finish(end)?;
         outcome.redials = redials.redials;
         outcome.resent = redials.resent;
@@ -1091,6 +1115,22 @@ fn is_stale_reuse(conn: &Conn, unsent: bool, err: &hyper::Error) -> bool {
     let read = conn.stats.bytes_read.load(Ordering::Acquire);
     let at_start = conn.stats.read_at_request_start.load(Ordering::Acquire);
     read == at_start
+}
+
+/// True when `e` is the server closing the connection (an end of file where HTTP framing or
+/// TLS wanted more), not a reset or a protocol error.
+fn is_closed(e: &hyper::Error) -> bool {
+    if e.is_incomplete_message() {
+        return true;
+    }
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::UnexpectedEof;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 fn map_hyper_error(e: hyper::Error, doing: &str) -> Error {

@@ -5,6 +5,7 @@ mod captures;
 mod client;
 mod secrets;
 mod sse_vectors;
+mod stream_end;
 mod tls;
 
 use std::path::PathBuf;
