@@ -14,11 +14,14 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
-use crate::config::{Arrival, ArrivalProcess, ContentMode, ResponseMode, RunConfig};
+use crate::config::{Arrival, ArrivalProcess, ResponseMode, RunConfig};
 use crate::conv::Conversation;
 use crate::observer::{Observer, Phase, RunEvent};
 
 mod graph;
+mod thread;
+
+use thread::Thread;
 
 /// Turns in a warmup session play (`--warmup-sessions`).
 pub const WARMUP_TURNS: usize = 3;
@@ -745,130 +748,56 @@ async fn play_session<T: Transport>(
         replay,
         warmup: ph.warmup,
     });
-    let marker = match (cfg.request.cache_bust, ph.warmup) {
-        (true, true) => Some(format!("[bench warmup {}]", sess.id)),
-        (true, false) if replay > 0 => Some(format!("[bench replay {}#{replay}]", sess.id)),
-        _ => None,
-    };
+    let marker = thread::play_marker(cfg, &sess.id, replay, ph.warmup);
     if let Some(g) = &sess.graph {
         return Box::pin(graph::play_graph(sh, ph, sess, g, replay, arrival, marker)).await;
     }
     let play_start = Instant::now();
-    let session_start = arrival.unwrap_or(play_start);
-    // The conversation so far, as comma-separated message objects: built once, appended to.
-    // Its whole size is known from the plan: reserved exactly, so that growing it never
-    // doubles its capacity (10,000 sessions with an 8K-token system prompt would otherwise
-    // hold up to twice their text).
-    let marker_len = 64 + sess.id.len();
-    let full: usize = marker_len
-        + turns
-            .iter()
-            .map(|t| {
-                t.input_delta
-                    .iter()
-                    .map(|m| m.json_len() + 1)
-                    .sum::<usize>()
-                    + t.assistant.json_len()
-                    + 1
-            })
-            .sum::<usize>();
-    let mut messages = Conversation::rendered(full, cfg.render());
     let opening = Opening::new(sess.system.as_deref(), marker.as_deref());
-    let extra_tokens = opening.extra_tokens;
     let system = opening.system(sess.system.as_deref());
-    let overhead = bench_workload::plan::MESSAGE_OVERHEAD_TOKENS;
-    let mut chain = opening.chain(sh, sess.system.as_ref(), sess.tools.as_ref());
-    let mut own_before = 0usize;
-    // Responses with server-side state: the id the next turn continues, when the last turn
-    // gave one.
-    let server_state = cfg.request.endpoint == bench_transport::Endpoint::Responses
-        && cfg.request.responses_state == crate::config::ResponsesState::Server;
-    let mut previous_response_id: Option<String> = None;
+    let mut th = Thread::new(
+        64 + sess.id.len() + thread::conversation_bytes(turns),
+        cfg,
+        opening.chain(sh, sess.system.as_ref(), sess.tools.as_ref()),
+    );
+    let mut tally = Tally::default();
     let mut status = SessionStatus::Completed;
-    let mut played = 0u32;
-    let mut output_tokens = 0u64;
-    let mut busy = Duration::ZERO;
-    let mut any_failed = false;
-    let mut est_shift: i64 = 0; // model mode: generated answers differ from the recorded ones
     for turn in turns {
         // When the turn is due: the session's arrival (open loop), the end of its tool wait,
-        // or now. Tool waits are not counted in any latency.
-        let mut due = match arrival {
-            Some(a) if turn.index == 0 => a,
-            _ => Instant::now(),
+        // or now.
+        let due = thread::Due {
+            at: arrival
+                .filter(|_| turn.index == 0)
+                .unwrap_or_else(Instant::now),
+            tool_wait: turn.index > 0,
+            play_start,
+            extra_tokens: opening.extra_tokens,
+            est_shift: th.est_shift,
         };
-        if let Some(wait) = cfg
-            .request
-            .tool_waits
-            .wait(turn.pre_gap_ms)
-            .filter(|_| turn.index > 0)
-        {
-            due += wait;
-            // A session whose next turn would come after its timeout ends now, not after the wait.
-            if cfg
-                .limits
-                .session_timeout
-                .is_some_and(|t| due.saturating_duration_since(play_start) >= t)
-            {
-                status = SessionStatus::Timeout;
+        let c = match thread::clear_turn(sh, ph, turn, due).await {
+            Ok(c) => c,
+            Err(why) => {
+                status = why;
                 break;
             }
-            sh.sleep_until(ph, due).await;
-        }
-        let now = Instant::now();
-        if sh.stop_now(ph, now).is_some() {
-            sh.drain(ph);
-            status = SessionStatus::Truncated;
-            break;
-        }
-        if cfg
-            .limits
-            .session_timeout
-            .is_some_and(|t| now.duration_since(play_start) >= t)
-        {
-            status = SessionStatus::Timeout;
-            break;
-        }
-        let est_prompt =
-            (turn.est_prompt_tokens as i64 + est_shift + extra_tokens as i64).max(0) as u64;
-        if let Some(max) = cfg.max_model_len {
-            if est_prompt + u64::from(turn.max_output_tokens) > max {
-                status = SessionStatus::ContextGuard;
-                break;
-            }
-        }
+        };
+        let mut delta = th
+            .continues(cfg)
+            .map(|_| Conversation::rendered(0, cfg.render()));
         for m in &turn.input_delta {
-            messages.comma();
-            messages.push_msg(m);
-            push_msg(&mut chain, m);
-        }
-        let body = match previous_response_id.as_deref().filter(|_| server_state) {
-            Some(id) => {
-                let mut delta = Conversation::rendered(0, cfg.render());
-                for m in &turn.input_delta {
-                    delta.comma();
-                    delta.push_msg(m);
-                }
-                cfg.body_segments(
-                    system,
-                    &delta,
-                    turn.max_output_tokens,
-                    Some(id),
-                    sess.tools.as_deref(),
-                )
+            th.messages.comma();
+            th.messages.push_msg(m);
+            push_msg(&mut th.chain, m);
+            if let Some(d) = delta.as_mut() {
+                d.comma();
+                d.push_msg(m);
             }
-            None => cfg.body_segments(
-                system,
-                &messages,
-                turn.max_output_tokens,
-                None,
-                sess.tools.as_deref(),
-            ),
-        };
-        let opts = request_options(sh, &sess.id, now);
+        }
+        let body = th.body(cfg, system, turn, sess.tools.as_deref(), delta.as_ref());
+        let opts = request_options(sh, &sess.id, c.now);
         let active = ph.active.load(Ordering::SeqCst);
-        let own_pieces = own_before;
-        sh.prefixes.sent(&mut chain);
+        let own_pieces = th.own_before;
+        sh.prefixes.sent(&mut th.chain);
         let first_sent = Instant::now();
         sh.emit(RunEvent::TurnSent {
             session_id: &sess.id,
@@ -878,46 +807,26 @@ async fn play_session<T: Transport>(
         // turn is in flight, not in every session waiting out a tool call (50,000 sessions).
         let (result, sent, failed) = Box::pin(send_with_retries(sh, ph, body, opts)).await;
         let end = Instant::now();
-        busy += end.duration_since(first_sent);
-        played += 1;
         let mut rec = turn_record(
-            sh, sess, replay, turn, &result, active, due, sent, end, est_prompt,
+            sh,
+            sess,
+            replay,
+            turn,
+            &result,
+            active,
+            c.due,
+            sent,
+            end,
+            c.est_prompt,
         );
-        rec.attempts = failed.len() as u32 + 1;
-        rec.failed_attempts = failed;
-        rec.warmup = ph.warmup;
-        rec.est_input_tokens = Some(est_prompt);
-        rec.prefix_shared_tokens = sh.prefixes.shared(&chain, own_pieces);
-        // What the next request can reuse from this play: this prompt (and, below, a
-        // generated answer it sends back as it was generated).
-        own_before = chain.len();
-        if rec.status == TurnStatus::Ok {
-            output_tokens += rec.output_tokens.unwrap_or(0);
-        } else {
-            any_failed = true;
-        }
+        sent_record(&mut rec, failed, ph, c.est_prompt);
+        rec.prefix_shared_tokens = sh.prefixes.shared(&th.chain, own_pieces);
+        // What the next request can reuse from this play: this prompt (and a generated answer
+        // it sends back as it was generated).
+        th.own_before = th.chain.len();
+        tally.add(&rec, end.duration_since(first_sent));
         // The answer joins the context: recorded text (trace mode) or what the server said.
-        if server_state {
-            previous_response_id = result.as_ref().ok().and_then(|o| o.response_id.clone());
-        }
-        messages.comma();
-        match (cfg.request.content_mode, &result) {
-            (ContentMode::Model, Ok(o)) => {
-                let text = serde_json::to_string(&o.content).unwrap_or_default();
-                messages.push_text(bench_workload::plan::Role::Assistant, &text);
-                chain.push(
-                    &[b"assistant", text.as_bytes()],
-                    rec.output_tokens.unwrap_or(0) + overhead,
-                );
-                own_before = chain.len();
-                est_shift +=
-                    rec.output_tokens.unwrap_or(0) as i64 - i64::from(turn.assistant.tokens);
-            }
-            _ => {
-                messages.push_msg(&turn.assistant);
-                push_msg(&mut chain, &turn.assistant);
-            }
-        }
+        th.push_answer(cfg, turn, &result, rec.output_tokens.unwrap_or(0));
         // What the server answered, for graders (borrowed: no copy).
         if let (TurnStatus::Ok, Ok(o)) = (rec.status, &result) {
             sh.emit(RunEvent::Answer {
@@ -928,23 +837,57 @@ async fn play_session<T: Transport>(
         // The record reaches the observers (and the run directory, the OS) before the next turn.
         sh.turn_finished(rec);
     }
-    if status == SessionStatus::Completed && any_failed {
+    if status == SessionStatus::Completed && tally.any_failed {
         status = SessionStatus::Failed;
     }
     SessionRecord {
         session_id: sess.id.to_string(),
         replay,
         status,
-        turns_played: played,
+        turns_played: tally.played,
         turns_planned: turns.len() as u32,
-        output_tokens,
-        busy_s: busy.as_secs_f64(),
+        output_tokens: tally.output_tokens,
+        busy_s: tally.busy.as_secs_f64(),
         marker,
         warmup: ph.warmup,
-        start_s: sh.offset_s(session_start),
+        start_s: sh.offset_s(arrival.unwrap_or(play_start)),
         end_s: sh.offset_s(Instant::now()),
         superseded: false,
     }
+}
+
+/// What a play's turns add up to.
+#[derive(Default)]
+struct Tally {
+    played: u32,
+    output_tokens: u64,
+    busy: Duration,
+    any_failed: bool,
+}
+
+impl Tally {
+    fn add(&mut self, rec: &TurnRecord, busy: Duration) {
+        self.played += 1;
+        self.busy += busy;
+        if rec.status == TurnStatus::Ok {
+            self.output_tokens += rec.output_tokens.unwrap_or(0);
+        } else {
+            self.any_failed = true;
+        }
+    }
+}
+
+/// What a sent turn's record adds to [`turn_record`]: its attempts, the phase, its estimate.
+fn sent_record(
+    rec: &mut TurnRecord,
+    failed: Vec<bench_rundir::FailedAttempt>,
+    ph: &PhaseState,
+    est_prompt: u64,
+) {
+    rec.attempts = failed.len() as u32 + 1;
+    rec.failed_attempts = failed;
+    rec.warmup = ph.warmup;
+    rec.est_input_tokens = Some(est_prompt);
 }
 
 /// The detail of an attempt the transport sent again on a new connection.

@@ -22,11 +22,11 @@ use bench_workload::plan::{PlannedGraph, PlannedSession, Role};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::thread::{Cleared, Due, Thread, clear_turn, conversation_bytes};
 use super::{
     Opening, PhaseState, Shared, Transport, push_msg, request_options, send_with_retries,
-    turn_record,
+    sent_record, turn_record,
 };
-use crate::config::ContentMode;
 use crate::conv::Conversation;
 use crate::observer::RunEvent;
 
@@ -46,17 +46,7 @@ struct Done {
     /// for the joins that wait on it.
     answer: Option<(Arc<str>, u64)>,
     /// A fork node's conversation, for its subagents.
-    snapshot: Option<Arc<Branch>>,
-}
-
-/// A branch's conversation as it stands.
-#[derive(Clone)]
-struct Branch {
-    messages: Conversation,
-    chain: crate::prefix::Chain,
-    own_before: usize,
-    est_shift: i64,
-    previous_response_id: Option<String>,
+    snapshot: Option<Arc<Thread>>,
 }
 
 #[derive(Default)]
@@ -280,9 +270,6 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
         _ => sess.system.as_deref(),
     };
     let system = opening.system(system_msg);
-    let server_state = cfg.request.endpoint == bench_transport::Endpoint::Responses
-        && cfg.request.responses_state == crate::config::ResponsesState::Server;
-    let overhead = bench_workload::plan::MESSAGE_OVERHEAD_TOKENS;
     let mut prev_end: Option<(Instant, u32)> = None;
     for (pos, &n) in nodes.iter().enumerate() {
         let turn = &sess.turns[n as usize];
@@ -359,77 +346,32 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
         }
         let first_of_session = br.fork.is_none() && pos == 0;
         let released = release.map_or(ctx.play_start, |r| r.0);
-        let mut due = match (ctx.arrival, first_of_session) {
-            (Some(a), true) => a,
-            _ => released,
+        let due = Due {
+            at: match (ctx.arrival, first_of_session) {
+                (Some(a), true) => a,
+                _ => released,
+            },
+            tool_wait: !first_of_session,
+            play_start: ctx.play_start,
+            extra_tokens: opening.extra_tokens,
+            est_shift: st.est_shift,
         };
-        if let Some(wait) = cfg
-            .request
-            .tool_waits
-            .wait(turn.pre_gap_ms)
-            .filter(|_| !first_of_session)
-        {
-            due += wait;
-            if cfg
-                .limits
-                .session_timeout
-                .is_some_and(|t| due.saturating_duration_since(ctx.play_start) >= t)
-            {
-                ctx.skip_rest(nodes[pos..].iter().copied(), Some(SessionStatus::Timeout));
+        let Cleared {
+            due,
+            now,
+            est_prompt,
+        } = match clear_turn(sh, ctx.ph, turn, due).await {
+            Ok(c) => c,
+            Err(why) => {
+                ctx.skip_rest(nodes[pos..].iter().copied(), Some(why));
                 return;
             }
-            sh.sleep_until(ctx.ph, due).await;
-        } else if due > Instant::now() {
-            sh.sleep_until(ctx.ph, due).await;
-        }
-        let now = Instant::now();
-        if sh.stop_now(ctx.ph, now).is_some() {
-            sh.drain(ctx.ph);
-            ctx.skip_rest(nodes[pos..].iter().copied(), Some(SessionStatus::Truncated));
-            return;
-        }
-        if cfg
-            .limits
-            .session_timeout
-            .is_some_and(|t| now.duration_since(ctx.play_start) >= t)
-        {
-            ctx.skip_rest(nodes[pos..].iter().copied(), Some(SessionStatus::Timeout));
-            return;
-        }
-        let est_prompt =
-            (turn.est_prompt_tokens as i64 + st.est_shift + opening.extra_tokens as i64).max(0)
-                as u64;
-        if let Some(max) = cfg.max_model_len {
-            if est_prompt + u64::from(turn.max_output_tokens) > max {
-                ctx.skip_rest(
-                    nodes[pos..].iter().copied(),
-                    Some(SessionStatus::ContextGuard),
-                );
-                return;
-            }
-        }
-        let mut delta = (server_state && st.previous_response_id.is_some())
-            .then(|| Conversation::rendered(0, cfg.render()));
+        };
+        let mut delta = st
+            .continues(cfg)
+            .map(|_| Conversation::rendered(0, cfg.render()));
         push_input(ctx, &mut st, turn, &joins, delta.as_mut());
-        let body = match (
-            st.previous_response_id.as_deref().filter(|_| server_state),
-            &delta,
-        ) {
-            (Some(id), Some(d)) => cfg.body_segments(
-                system,
-                d,
-                turn.max_output_tokens,
-                Some(id),
-                sess.tools.as_deref(),
-            ),
-            _ => cfg.body_segments(
-                system,
-                &st.messages,
-                turn.max_output_tokens,
-                None,
-                sess.tools.as_deref(),
-            ),
-        };
+        let body = st.body(cfg, system, turn, sess.tools.as_deref(), delta.as_ref());
         let opts = request_options(sh, &sess.id, now);
         let active = ctx.ph.active.load(Ordering::SeqCst);
         let own_pieces = st.own_before;
@@ -452,10 +394,7 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
         let mut rec = turn_record(
             sh, sess, ctx.replay, turn, &result, active, due, sent, end, est_prompt,
         );
-        rec.attempts = failed.len() as u32 + 1;
-        rec.failed_attempts = failed;
-        rec.warmup = ctx.ph.warmup;
-        rec.est_input_tokens = Some(est_prompt);
+        sent_record(&mut rec, failed, ctx.ph, est_prompt);
         rec.prefix_shared_tokens = sh.prefixes.shared(&st.chain, own_pieces);
         rec.node = Some(node_info(released, in_flight));
         st.own_before = st.chain.len();
@@ -475,27 +414,9 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
                 s.any_failed = true;
             }
         }
-        if server_state {
-            st.previous_response_id = result.as_ref().ok().and_then(|o| o.response_id.clone());
-        }
-        st.messages.comma();
-        let mut answer = None;
-        match (cfg.request.content_mode, &result) {
-            (ContentMode::Model, Ok(o)) => {
-                let text = serde_json::to_string(&o.content).unwrap_or_default();
-                st.messages.push_text(Role::Assistant, &text);
-                let out = rec.output_tokens.unwrap_or(0);
-                st.chain
-                    .push(&[b"assistant", text.as_bytes()], out + overhead);
-                st.own_before = st.chain.len();
-                st.est_shift += out as i64 - i64::from(turn.assistant.tokens);
-                answer = Some((Arc::from(text), out));
-            }
-            _ => {
-                st.messages.push_msg(&turn.assistant);
-                push_msg(&mut st.chain, &turn.assistant);
-            }
-        }
+        let answer = st
+            .push_answer(cfg, turn, &result, rec.output_tokens.unwrap_or(0))
+            .map(|(text, out)| (Arc::from(text), out));
         if let (TurnStatus::Ok, Ok(o)) = (rec.status, &result) {
             sh.emit(RunEvent::Answer {
                 record: &rec,
@@ -531,17 +452,7 @@ fn node_name(g: &PlannedGraph, n: u32) -> String {
 /// The bytes branch `b`'s own nodes add to its conversation (their messages and answers).
 fn branch_bytes<T: Transport>(ctx: &Ctx<'_, T>, b: usize) -> usize {
     let br = &ctx.g.branches[b];
-    ctx.sess.turns[br.first as usize..(br.first + br.len) as usize]
-        .iter()
-        .map(|t| {
-            t.input_delta
-                .iter()
-                .map(|m| m.json_len() + 1)
-                .sum::<usize>()
-                + t.assistant.json_len()
-                + 1
-        })
-        .sum()
+    conversation_bytes(&ctx.sess.turns[br.first as usize..(br.first + br.len) as usize])
 }
 
 fn new_branch<T: Transport>(
@@ -549,24 +460,22 @@ fn new_branch<T: Transport>(
     b: usize,
     system: Option<&Arc<bench_workload::plan::PlannedMessage>>,
     opening: &Opening,
-) -> Branch {
+) -> Thread {
     let cfg = &ctx.sh.cfg;
     // Reserved exactly, so that growing it never doubles its capacity.
     let full = ctx.marker_len + branch_bytes(ctx, b);
-    Branch {
-        messages: Conversation::rendered(full, cfg.render()),
-        chain: opening.chain(ctx.sh, system, ctx.sess.tools.as_ref()),
-        own_before: 0,
-        est_shift: 0,
-        previous_response_id: None,
-    }
+    Thread::new(
+        full,
+        cfg,
+        opening.chain(ctx.sh, system, ctx.sess.tools.as_ref()),
+    )
 }
 
 /// Appends a node's input: its joins' answers (live ones in `model` content mode) and its own
 /// messages; `delta` (Responses with server state) gets them too.
 fn push_input<T: Transport>(
     ctx: &Ctx<'_, T>,
-    st: &mut Branch,
+    st: &mut Thread,
     turn: &bench_workload::plan::PlannedTurn,
     joins: &[u32],
     mut delta: Option<&mut Conversation>,
@@ -614,7 +523,7 @@ fn push_input<T: Transport>(
 /// A node that was not sent still joins its branch's context as recorded.
 fn push_context<T: Transport>(
     ctx: &Ctx<'_, T>,
-    st: &mut Branch,
+    st: &mut Thread,
     turn: &bench_workload::plan::PlannedTurn,
     joins: &[u32],
 ) {
