@@ -950,6 +950,8 @@ impl Client {
         // Whether the body ended as HTTP framing says (the connection can carry the next
         // request) or the connection went after a complete stream.
         let mut reusable = true;
+        // Why a stream cut before its terminator ended (the connection's own words).
+        let mut cut: Option<String> = None;
         while let Some(frame) = body.frame().await {
             let at = Instant::now();
             let frame = match frame {
@@ -966,6 +968,13 @@ impl Client {
                 // missing (incomplete_stream).
                 Err(e) if streamed && is_closed(&e) => {
                     reusable = false;
+                    let mut why = e.to_string();
+                    let mut src = std::error::Error::source(&e);
+                    while let Some(s) = src {
+                        why = format!("{why}: {s}");
+                        src = s.source();
+                    }
+                    cut = Some(why);
                     break;
                 }
                 Err(e) => {
@@ -999,7 +1008,12 @@ impl Client {
         } else {
             drop(conn);
         }
-        let mut outcome = consumer.finish(end)?;
+        let mut outcome = consumer.finish(end).map_err(|e| match &cut {
+            Some(why) if e.kind() == ErrorKind::Incomplete => {
+                Error::new(e.kind(), format!("{} ({why})", e.detail()))
+            }
+            _ => e,
+        })?;
         outcome.redials = redials.redials;
         outcome.resent = redials.resent;
         outcome.connect = opened.map(|o| o.connect);
