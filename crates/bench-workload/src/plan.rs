@@ -1270,6 +1270,8 @@ fn synthetic_sessions(
 
 /// Loads, selects and shapes sessions into a [`Plan`].
 pub fn build_plan(cfg: PlanConfig) -> Result<Plan, PlanError> {
+    // Before the tokenizer loads (it takes a moment), so a bad flag fails at once;
+    // build_plan_with checks again for callers that come to it directly.
     cfg.validate()?;
     let counter = TokenCounter::load(&cfg.tokenizer)?;
     build_plan_with(cfg, &counter)

@@ -47,9 +47,6 @@ impl Interner {
             return id;
         }
         if let Some(&id) = self.ids.get(s) {
-            if known.is_some() {
-                self.known[id as usize] = known;
-            }
             return id;
         }
         let a: Arc<str> = Arc::from(s);
