@@ -315,11 +315,13 @@ pub async fn run_journeys(args: JourneysCmd, given: &[String]) -> Result<(), Cli
         })),
         ..JourneysOptions::default()
     };
+    // SIGINT or SIGTERM (what Kubernetes sends a shard's pod), taken over before the run
+    // starts so that a signal during its --start-at wait stops it.
+    let mut signals = crate::run::Signals::new();
     let handle = start_journeys(spec, options).await.map_err(run_error)?;
     let canceller = handle.canceller();
-    // SIGINT or SIGTERM (what Kubernetes sends a shard's pod).
     let sig = tokio::spawn(async move {
-        crate::wait_for_shutdown_signal().await;
+        signals.next().await;
         eprintln!("bench journeys: stopping: operations in flight finish, teardown runs");
         canceller.cancel(CancelledBy::Signal);
     });

@@ -504,6 +504,9 @@ pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
     config.hold = args.hold;
     config.faults = args.faults.to_faults().map_err(CliError::Usage)?;
     config.tls = args.tls.identity()?;
+    // Taken over before the address is printed: a SIGTERM right after it stops the simulator
+    // cleanly.
+    let mut signals = run::Signals::new();
     let server = SimServer::start(config)
         .await
         .map_err(|e| CliError::Usage(e.to_string()))?;
@@ -514,15 +517,10 @@ pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
         c.model,
         c.mode
     ))?;
-    wait_for_shutdown_signal().await;
+    signals.next().await;
     eprintln!("bench sim: shutting down");
     server.shutdown().await;
     Ok(())
-}
-
-/// Ctrl-C, or SIGTERM (what a container runtime sends).
-pub(crate) async fn wait_for_shutdown_signal() {
-    run::Signals::new().next().await;
 }
 
 /// `--header K=V` values, validated.

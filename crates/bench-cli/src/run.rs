@@ -60,6 +60,8 @@ pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
         notices: Some(notices),
         ..RunOptions::default()
     };
+    // Taken over before the run starts, so that a signal during its --start-at wait stops it.
+    let signals = Signals::new();
     let handle = match &args.resume {
         Some(dir) => {
             let extra: Vec<String> = given
@@ -90,7 +92,7 @@ pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
         }
     }
     .map_err(run_error)?;
-    play(handle, &args, &bar).await
+    play(handle, &args, &bar, signals).await
 }
 
 /// Shows progress and handles signals while the run plays; prints the report.
@@ -98,8 +100,9 @@ async fn play(
     handle: RunHandle,
     args: &RunCmd,
     bar: &OnceLock<indicatif::ProgressBar>,
+    signals: Signals,
 ) -> Result<(), CliError> {
-    let sig = spawn_signals(handle.canceller(), args.grace);
+    let sig = spawn_signals(signals, handle.canceller(), args.grace);
     let progress = Progress::start(
         handle.progress_counters(),
         args.progress_interval,
@@ -126,27 +129,37 @@ async fn play(
     report.gate().map_err(CliError::Failed)
 }
 
-/// SIGINT (Ctrl-C) and SIGTERM, one at a time.
-pub(crate) struct Signals(Option<tokio::signal::unix::Signal>);
+/// SIGINT (Ctrl-C) and SIGTERM, one at a time. Both are taken over when this is made, not
+/// when it is first awaited: made before a run starts, a signal sent while the run waits for
+/// `--start-at` stops it instead of killing the process.
+pub(crate) struct Signals {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+}
 
 impl Signals {
-    /// Listens for both (SIGINT only where SIGTERM cannot be listened for).
+    /// Listens for both (each where it can be listened for).
     pub(crate) fn new() -> Self {
-        Signals(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok())
+        use tokio::signal::unix::{SignalKind, signal};
+        Signals {
+            int: signal(SignalKind::interrupt()).ok(),
+            term: signal(SignalKind::terminate()).ok(),
+        }
     }
 
     /// Waits for the next of either.
     pub(crate) async fn next(&mut self) {
-        match &mut self.0 {
-            Some(t) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = t.recv() => {}
+        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
                 }
+                None => std::future::pending().await,
             }
-            None => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+        }
+        tokio::select! {
+            () = recv(&mut self.int) => {}
+            () = recv(&mut self.term) => {}
         }
     }
 }
@@ -154,9 +167,12 @@ impl Signals {
 /// Handles SIGINT and SIGTERM: the first cancels (no new turn; turns in flight finish) and
 /// starts the `grace` period; a second signal, or the end of the grace period, aborts (turns
 /// in flight are cut and recorded as `cancelled`).
-pub fn spawn_signals(cancel: Canceller, grace: Duration) -> tokio::task::JoinHandle<()> {
+pub(crate) fn spawn_signals(
+    mut term: Signals,
+    cancel: Canceller,
+    grace: Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut term = Signals::new();
         term.next().await;
         eprintln!(
             "bench run: stopping: no new turn starts; turns in flight get {} s to finish \

@@ -39,6 +39,8 @@ pub async fn run_serve(args: ServeCmd) -> Result<(), CliError> {
         runs_dir,
         ..ServeConfig::default()
     };
+    // Taken over before the address is printed (a SIGTERM right after it stops cleanly).
+    let mut signals = crate::run::Signals::new();
     let server = bench_control::Server::bind(cfg)
         .await
         .map_err(|e| match e {
@@ -52,7 +54,7 @@ pub async fn run_serve(args: ServeCmd) -> Result<(), CliError> {
     );
     server
         .run(async {
-            crate::wait_for_shutdown_signal().await;
+            signals.next().await;
             eprintln!("bench serve: stopping: the active run (if any) is cancelled and finalized");
         })
         .await;

@@ -134,9 +134,12 @@ fn adapt(cmd: Command) -> Command {
 }
 
 /// SIGINT and SIGTERM, as `bench run` takes them, for the point that is playing.
-fn spawn_signals(stop: Arc<Stopper>, grace: Duration) -> tokio::task::JoinHandle<()> {
+fn spawn_signals(
+    mut term: Signals,
+    stop: Arc<Stopper>,
+    grace: Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut term = Signals::new();
         term.next().await;
         eprintln!(
             "bench sweep: stopping: no further point starts; the current point's turns in \
@@ -324,7 +327,7 @@ pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError>
     let plan = spec.plan().map_err(run_error)?;
     let dir = f.sweep_dir.clone().unwrap_or_else(sweep::default_sweep_dir);
     let stop = Arc::new(Stopper::default());
-    let sig = spawn_signals(stop.clone(), r.grace);
+    let sig = spawn_signals(Signals::new(), stop.clone(), r.grace);
     let shown = Arc::new(Shown {
         interval: r.progress_interval,
         mode: r.progress_mode(),
