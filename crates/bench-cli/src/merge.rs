@@ -1,34 +1,14 @@
 //! `bench merge`: the run directories of a sharded run put back together
 //! ([`bench_run::merge`]).
 
-use std::path::PathBuf;
-
-use clap::Args;
+use bench_args::MergeCmd;
 
 use crate::{CliError, out};
-
-/// `bench merge` flags.
-#[derive(Debug, Clone, Args)]
-pub struct MergeCmd {
-    /// The shards' run directories (`bench run --shard I/N --run-dir DIR`), in any order.
-    #[arg(required = true, value_name = "SHARD_DIR")]
-    pub dirs: Vec<PathBuf>,
-    /// The merged run directory to write (must not exist, or be empty).
-    #[arg(short, long, value_name = "DIR")]
-    pub output: PathBuf,
-    /// Merge even when shards are missing or did not finish; the result's validity then fails
-    /// its `shards` check, naming them.
-    #[arg(long)]
-    pub partial: bool,
-    /// Print the merged result.json (a journeys run: report.json) instead of a summary line.
-    #[arg(long)]
-    pub json: bool,
-}
 
 /// Runs `bench merge`.
 pub fn run_merge(args: MergeCmd) -> Result<(), CliError> {
     let m = bench_run::merge::merge(&args.dirs, &args.output, args.partial)
-        .map_err(crate::run::run_error)?;
+        .map_err(bench_args::run_error)?;
     for n in &m.notes {
         eprintln!("bench merge: {n}");
     }

@@ -1,42 +1,11 @@
 //! `bench report`: one run's report in text, JSON, CSV, markdown or HTML.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use clap::{Args, ValueEnum};
+use bench_args::{ReportCmd, ReportFormat};
 
 use crate::{CliError, out};
-
-/// What `bench report` writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ReportFormat {
-    /// The console report `bench run` prints (the validity verdict first).
-    Text,
-    /// The result document (`result.json`'s content, recomputed when stale).
-    Json,
-    /// One row per turn record (the columns of `bench run --csv`).
-    Csv,
-    /// The verdict, its checks and the headline figures as markdown tables.
-    Markdown,
-    /// One self-contained HTML page (no network asset) with SVG charts: TTFT and e2e CDFs,
-    /// TTFT by turn and against input length, throughput and active sessions over time, the
-    /// server's KV usage, queue and prefix-cache hit rate over time, a session timeline.
-    Html,
-}
-
-/// `bench report` flags.
-#[derive(Debug, Clone, Args)]
-pub struct ReportCmd {
-    /// The run directory (as written by `bench run --run-dir`), or its result.json.
-    pub run: PathBuf,
-    /// The format.
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: ReportFormat,
-    /// Write to this file instead of stdout (written whole, then renamed into place: a failure
-    /// never leaves half a file).
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: Option<PathBuf>,
-}
 
 /// Runs `bench report`.
 pub fn run_report(args: ReportCmd) -> Result<(), CliError> {

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use bench_run::{CancelledBy, Canceller, Notice, RunHandle, RunOptions};
 
-use crate::progress::Progress;
-use crate::run_args::RunCmd;
+use bench_args::{RunCmd, run_error};
+
+use crate::progress::{Mode, Progress};
 use crate::workload::plan_progress;
 use crate::{CliError, out};
 
@@ -22,17 +23,10 @@ const ALLOWED_WITH_RESUME: &[(&str, &str)] = &[
     ("no_progress_bar", "--no-progress-bar"),
 ];
 
-pub(crate) fn run_error(e: bench_run::RunError) -> CliError {
-    match e {
-        bench_run::RunError::Invalid(m) => CliError::Usage(m),
-        other => CliError::Failed(other.to_string()),
-    }
-}
-
 /// Runs `bench run` (or, with `--resume`, finishes an earlier one). `given` are the ids of
 /// the flags given on the command line.
 pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
-    let headers = crate::parse_headers(&args.headers)?;
+    let headers = bench_args::parse_headers(&args.headers)?;
     crate::secrets::init(
         &headers,
         &args.secret_headers,
@@ -106,7 +100,7 @@ async fn play(
     let progress = Progress::start(
         handle.progress_counters(),
         args.progress_interval,
-        args.progress_mode(),
+        progress_mode(args),
     );
     if let Some(b) = progress.bar() {
         let _ = bar.set(b.clone());
@@ -186,4 +180,16 @@ pub(crate) fn spawn_signals(
         }
         cancel.abort();
     })
+}
+
+/// How progress is shown: nothing with -q or `--progress-interval 0`, heartbeat lines with
+/// --no-progress-bar, else a bar on a terminal and lines otherwise.
+pub(crate) fn progress_mode(args: &RunCmd) -> Mode {
+    if args.quiet || args.progress_interval.is_zero() {
+        Mode::Off
+    } else if args.no_progress_bar {
+        Mode::Lines
+    } else {
+        Mode::auto()
+    }
 }

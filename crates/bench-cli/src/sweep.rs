@@ -4,134 +4,18 @@
 //! `bench_run::sweep`, its text `bench_report::sweep`;
 //! this is clap, progress, signals and exit codes.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bench_report::sweep::{SweepAxis, SweepStop, SweepSummary, fmt_level};
-use bench_run::sweep::{
-    self, FindMaxPlan, Levels, Search, Stopper, SweepObserver, SweepOptions, SweepPlan, SweepSpec,
-};
+use bench_args::{SweepCmd, run_error};
+use bench_report::sweep::{SweepStop, SweepSummary, fmt_level};
+use bench_run::sweep::{self, Search, Stopper, SweepObserver, SweepOptions};
 use bench_run::{CancelledBy, Notice, RunHandle, RunOptions, RunReport};
-use clap::{ArgMatches, Args, Command, FromArgMatches};
 
 use crate::progress::{Mode, Progress};
-use crate::run::{Signals, run_error};
-use crate::run_args::RunCmd;
+use crate::run::Signals;
 use crate::workload::plan_progress;
 use crate::{CliError, out};
-
-/// `bench sweep`'s own flags (the `bench run` flags come with them, see [`SweepCmd`]).
-#[derive(Debug, Clone, Args)]
-pub struct SweepFlags {
-    /// Closed loop: one run per concurrency, e.g. 1,2,4,8,16 (whole numbers, strictly
-    /// increasing). A point's pool is 2 × its concurrency unless --num-sessions is given.
-    #[arg(
-        short = 'c',
-        long = "concurrency",
-        id = "sweep_concurrency",
-        value_name = "LIST"
-    )]
-    pub concurrency: Option<String>,
-    /// Open loop: one run per rate, sessions started per second, e.g. 0.5,1,2,4 (strictly
-    /// increasing); --arrival sets their spacing, --max-concurrency caps the sessions in
-    /// flight.
-    #[arg(long, value_name = "LIST")]
-    pub rates: Option<String>,
-    /// Where the points' run directories (c0008, r0000.50: they sort by level), sweep.json,
-    /// sweep.md and sweep.html go; must be new or empty [default: sweeps/<UTC time>-<pid>].
-    #[arg(long, value_name = "DIR")]
-    pub sweep_dir: Option<PathBuf>,
-    /// Instead of every level, search for the highest load whose goodput (share of turns
-    /// meeting --slo) reaches --goodput-target: run the lowest and the highest level given,
-    /// then bisect between them. Needs --slo.
-    #[arg(long)]
-    pub find_max: bool,
-    /// --find-max: the share of turns that must meet the SLO, 0–1 [default: 0.9].
-    #[arg(long, value_name = "SHARE")]
-    pub goodput_target: Option<f64>,
-    /// --find-max: the search stops when the highest level meeting the target and the lowest
-    /// missing it are this close [default: 1 for concurrency; for rates the smallest gap
-    /// between the levels given].
-    #[arg(long, value_name = "X")]
-    pub step: Option<f64>,
-}
-
-/// `bench sweep` flags: its own ([`SweepFlags`]) and every `bench run` flag ([`RunCmd`]), with
-/// these changes: the run's `--concurrency` is `--max-concurrency` here (the cap of an
-/// open-loop point: `--concurrency` is the sweep's list), and `--rate`, `--run-dir`,
-/// `--resume` and `--csv` are hidden and refused.
-#[derive(Debug, Clone)]
-pub struct SweepCmd {
-    /// The sweep's own flags.
-    pub sweep: SweepFlags,
-    /// What every point shares.
-    pub run: RunCmd,
-}
-
-impl FromArgMatches for SweepCmd {
-    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        Ok(SweepCmd {
-            sweep: SweepFlags::from_arg_matches(m)?,
-            run: RunCmd::from_arg_matches(m)?,
-        })
-    }
-
-    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
-        self.sweep.update_from_arg_matches(m)?;
-        self.run.update_from_arg_matches(m)
-    }
-}
-
-impl Args for SweepCmd {
-    fn augment_args(cmd: Command) -> Command {
-        adapt(RunCmd::augment_args(SweepFlags::augment_args(cmd)))
-    }
-
-    fn augment_args_for_update(cmd: Command) -> Command {
-        adapt(RunCmd::augment_args_for_update(
-            SweepFlags::augment_args_for_update(cmd),
-        ))
-    }
-}
-
-/// The `bench run` flags as a sweep takes them.
-fn adapt(cmd: Command) -> Command {
-    cmd.after_help(
-        "Every `bench run` flag applies to each point, a run of its own (its own embedded \
-         simulator, warmup and cache flush); give --duration so that each point measures as long. \
-         -c/--concurrency is the sweep's list: the run's concurrency flag is --max-concurrency \
-         here, the in-flight cap of --rates points. --rate, --run-dir, --resume and --csv do not \
-         apply. Exit 1 also when the sweep is interrupted or a point fails --max-error-rate or \
-         --require-valid. See docs/sweep.md.",
-    )
-    .mut_arg("concurrency", |a| {
-        a.long("max-concurrency")
-            .short(None)
-            .visible_alias(None)
-            .help(
-                "With --rates: the most sessions in flight at each point [default: no limit]; \
-                 the pool is 2 × this (or 16) unless --num-sessions. Not with --concurrency \
-                 LIST, where each point's concurrency is its level",
-            )
-            .long_help(None)
-    })
-    .mut_arg("json", |a| {
-        a.help("Print sweep.json at the end instead of the table")
-            .long_help(None)
-    })
-    .mut_arg("run_dir", |a| a.hide(true))
-    .mut_arg("resume", |a| a.hide(true))
-    .mut_arg("rate", |a| a.hide(true))
-    .mut_arg("csv", |a| a.hide(true))
-    .mut_arg("print_spec", |a| {
-        a.help(
-            "Print the sweep spec (the run spec with a [sweep] table) the flags make, as TOML \
-             (with --json: the body of bench serve's POST /api/runs), and exit",
-        )
-        .long_help(None)
-    })
-}
 
 /// SIGINT and SIGTERM, as `bench run` takes them, for the point that is playing.
 fn spawn_signals(
@@ -200,116 +84,9 @@ impl SweepObserver for Shown {
     }
 }
 
-fn usage<T>(m: impl Into<String>) -> Result<T, CliError> {
-    Err(CliError::Usage(m.into()))
-}
-
-/// The flags that do not apply to a sweep, refused naming what does.
-fn refuse_run_only(r: &RunCmd) -> Result<(), CliError> {
-    if r.resume.is_some() {
-        return usage(
-            "--resume does not apply to a sweep: each point is a new run in the sweep directory \
-             (bench run --resume DIR/c0008 finishes one point on its own)",
-        );
-    }
-    if r.run_dir.is_some() {
-        return usage(
-            "--run-dir does not apply to a sweep: each point's run directory is in --sweep-dir \
-             (DIR/c0008, DIR/r0001.00, ...)",
-        );
-    }
-    if r.rate.is_some() {
-        return usage("--rate is a single rate: a sweep takes --rates LIST (e.g. 0.5,1,2)");
-    }
-    if r.csv.is_some() {
-        return usage(
-            "--csv does not apply to a sweep: every point's turns are in its run directory \
-             (turns.jsonl)",
-        );
-    }
-    Ok(())
-}
-
-/// The sweep table the flags give (`None`: no level list), their conflicts refused.
-fn plan_of_flags(f: &SweepFlags, r: &RunCmd) -> Result<Option<SweepPlan>, CliError> {
-    let (axis, list) = match (&f.concurrency, &f.rates) {
-        (Some(c), None) => (SweepAxis::Concurrency, c),
-        (None, Some(rates)) => (SweepAxis::Rate, rates),
-        (None, None) => return Ok(None),
-        (Some(_), Some(_)) => return usage("give --concurrency LIST or --rates LIST, not both"),
-    };
-    if axis == SweepAxis::Concurrency && r.plan.concurrency.is_some() {
-        return usage(
-            "--max-concurrency caps the sessions in flight of open-loop points (--rates); with \
-             --concurrency LIST each point's concurrency is its level",
-        );
-    }
-    if axis == SweepAxis::Rate && r.ramp_up.is_some() {
-        return usage(
-            "--ramp-up starts closed-loop sessions gradually: it goes with --concurrency LIST, \
-             not --rates",
-        );
-    }
-    if axis == SweepAxis::Concurrency && r.arrival.is_some() {
-        return usage(
-            "--arrival spaces open-loop session starts: it goes with --rates, not --concurrency",
-        );
-    }
-    Ok(Some(SweepPlan {
-        axis,
-        levels: Levels::parse(axis, list)
-            .map_err(run_error)?
-            .values()
-            .to_vec(),
-        find_max: None,
-    }))
-}
-
-/// The sweep the flags (and `--spec`) describe.
-fn to_sweep_spec(f: &SweepFlags, r: &RunCmd, given: &[String]) -> Result<SweepSpec, CliError> {
-    refuse_run_only(r)?;
-    let file_plan = match &r.spec {
-        Some(p) => {
-            bench_run::specfile::read_run_or_sweep(p)
-                .map_err(run_error)?
-                .1
-        }
-        None => None,
-    };
-    let Some(mut plan) = plan_of_flags(f, r)?.or(file_plan) else {
-        return usage(
-            "bench sweep needs --concurrency LIST (e.g. 1,2,4,8), --rates LIST (e.g. 0.5,1,2) \
-             or a --spec file with a sweep table",
-        );
-    };
-    if f.find_max {
-        plan.find_max = Some(FindMaxPlan {
-            goodput_target: f.goodput_target.unwrap_or(sweep::DEFAULT_GOODPUT_TARGET),
-            step: f.step,
-        });
-    } else if f.goodput_target.is_some() || f.step.is_some() {
-        return usage("--goodput-target and --step go with --find-max");
-    }
-    // The run every point shares, built at the first level (so that a rate sweep's arrival
-    // flags land in an open loop).
-    let mut r = r.clone();
-    let mut given = given.to_vec();
-    let first = plan.levels.first().copied().unwrap_or(1.0);
-    if f.concurrency.is_some() || f.rates.is_some() {
-        match plan.axis {
-            SweepAxis::Concurrency => r.plan.concurrency = Some(first as u32),
-            SweepAxis::Rate => r.rate = Some(first),
-        }
-        given.push(plan.axis.as_str().into());
-    }
-    let (run, _) = r.to_spec_and_sweep(&given)?;
-    let spec = SweepSpec { run, sweep: plan };
-    spec.validate().map_err(run_error)?;
-    Ok(spec)
-}
-
 /// Runs `bench sweep`.
 pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError> {
+    let spec = args.to_spec(given);
     let SweepCmd { sweep: f, run: r } = args;
     let headers = crate::parse_headers(&r.headers)?;
     crate::secrets::init(
@@ -317,7 +94,7 @@ pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError>
         &r.secret_headers,
         &bench_run::secrets::Secrets::default(),
     );
-    let spec = to_sweep_spec(&f, &r, given)?;
+    let spec = spec?;
     if r.print_spec && r.json {
         return out(&format!("{}\n", serde_json::json!(spec)));
     }
@@ -330,7 +107,7 @@ pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError>
     let sig = spawn_signals(Signals::new(), stop.clone(), r.grace);
     let shown = Arc::new(Shown {
         interval: r.progress_interval,
-        mode: r.progress_mode(),
+        mode: crate::run::progress_mode(&r),
         json: r.json,
         bar: Arc::default(),
         progress: Mutex::default(),
@@ -402,40 +179,4 @@ pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError>
         out(&text)?;
     }
     outcome.gate().map_err(run_error)
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Debug, Parser)]
-    struct T {
-        #[command(flatten)]
-        sweep: SweepCmd,
-    }
-
-    #[test]
-    fn the_run_flags_come_along_and_the_concurrency_is_the_list() {
-        let t = T::try_parse_from([
-            "t",
-            "-c",
-            "1,2,4",
-            "--slo",
-            "ttft_ms=100",
-            "--duration",
-            "5s",
-            "--sim-max-num-seqs",
-            "4",
-        ])
-        .unwrap();
-        assert_eq!(t.sweep.sweep.concurrency.as_deref(), Some("1,2,4"));
-        assert_eq!(t.sweep.run.slo.as_deref(), Some("ttft_ms=100"));
-        assert_eq!(t.sweep.run.sim.sim_max_num_seqs, 4);
-        assert_eq!(t.sweep.run.plan.concurrency, None);
-        let t = T::try_parse_from(["t", "--rates", "1,2", "--max-concurrency", "16"]).unwrap();
-        assert_eq!(t.sweep.run.plan.concurrency, Some(16));
-        assert_eq!(t.sweep.sweep.rates.as_deref(), Some("1,2"));
-    }
 }

@@ -41,7 +41,7 @@ pub struct TlsArgs {
 impl TlsArgs {
     /// The options these flags give, paths made absolute (a resumed run may start elsewhere).
     pub fn options(&self) -> TlsOptions {
-        let abs = |p: &Option<PathBuf>| p.as_deref().map(crate::run_args::absolute);
+        let abs = |p: &Option<PathBuf>| p.as_deref().map(crate::run::absolute);
         TlsOptions {
             ca_cert: abs(&self.ca_cert),
             insecure: self.insecure,

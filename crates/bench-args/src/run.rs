@@ -15,13 +15,11 @@ use bench_telemetry::Backend;
 use clap::{ArgAction, Args, ValueEnum};
 use serde_json::Value;
 
-use crate::run::run_error;
+use crate::plan::{ABENCH, PlanArgs};
+use crate::{CliError, SimModelArgs, run_error};
 
 /// Help heading of the flags that spread a run over several machines.
 const SHARDING: &str = "Sharding (several client machines)";
-
-use crate::workload::{ABENCH, PlanArgs};
-use crate::{CliError, SimModelArgs};
 
 /// A server family for `--backend`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -385,7 +383,8 @@ pub struct EmbeddedSimArgs {
 }
 
 impl EmbeddedSimArgs {
-    pub(crate) fn to_model_args(&self) -> SimModelArgs {
+    /// The same model as `bench sim`'s flags describe it (the rest at their defaults).
+    pub fn to_model_args(&self) -> SimModelArgs {
         let d = SimConfig::default();
         SimModelArgs {
             ttft_ms: self.sim_ttft_ms,
@@ -441,7 +440,8 @@ pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v * mult))
 }
 
-pub(crate) fn absolute(p: &std::path::Path) -> PathBuf {
+/// `p` made absolute (a resumed run may start elsewhere).
+pub fn absolute(p: &std::path::Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_owned())
 }
 
@@ -850,19 +850,6 @@ impl RunCmd {
         };
         spec.validate().map_err(run_error)?;
         Ok(spec)
-    }
-
-    /// How progress is shown: nothing with -q or `--progress-interval 0`, heartbeat lines
-    /// with --no-progress-bar, else a bar on a terminal and lines otherwise.
-    pub fn progress_mode(&self) -> crate::progress::Mode {
-        use crate::progress::Mode;
-        if self.quiet || self.progress_interval.is_zero() {
-            Mode::Off
-        } else if self.no_progress_bar {
-            Mode::Lines
-        } else {
-            Mode::auto()
-        }
     }
 
     /// The server: --base-url, else http://HOST:PORT from --host/--port (agentic-bench's), else
