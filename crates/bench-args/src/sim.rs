@@ -142,6 +142,10 @@ pub struct SimArgs {
     /// Append one JSON line per request to this file.
     #[arg(long, value_name = "FILE")]
     pub request_log: Option<PathBuf>,
+    /// The request log also holds each answer's `text` and `reasoning` as generated (for
+    /// checking what a client accumulated).
+    #[arg(long, requires = "request_log")]
+    pub log_text: bool,
     /// Request header whose value is copied into the request log as the session.
     #[arg(long, default_value = "x-session-id")]
     pub session_header: String,

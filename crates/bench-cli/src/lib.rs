@@ -66,6 +66,7 @@ pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
         )
         .map_err(CliError::Usage)?;
     config.request_log = args.request_log.clone();
+    config.log_text = args.log_text;
     config.session_header = args.session_header.clone();
     config.worker_id = args.worker_id.clone();
     config.hold = args.hold;

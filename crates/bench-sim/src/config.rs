@@ -91,6 +91,9 @@ pub struct SimConfig {
     pub tokenizer: Option<PathBuf>,
     /// When set, one JSON line per finished request is appended to this file. Default none.
     pub request_log: Option<PathBuf>,
+    /// The request log also holds each answer's `text` and `reasoning`, as sent (for checking
+    /// what a client accumulated against what the server generated). Default false.
+    pub log_text: bool,
     /// Request header whose value is copied into the request log as `session`.
     /// Default `"x-session-id"`.
     pub session_header: String,
@@ -129,6 +132,7 @@ impl Default for SimConfig {
             reasoning_tokens: 0,
             tokenizer: None,
             request_log: None,
+            log_text: false,
             session_header: "x-session-id".to_owned(),
             worker_id: None,
             hold: false,

@@ -46,6 +46,12 @@ pub(crate) struct LogLine<'a> {
     /// The fault injected into the request (absent when none was).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) fault: Option<FaultKind>,
+    /// The answer's reasoning as generated (`SimConfig::log_text` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reasoning: Option<&'a str>,
+    /// The answer's text as generated (`SimConfig::log_text` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) text: Option<&'a str>,
 }
 
 /// Appends JSON lines to a file; each line is flushed as it is written so none is lost at

@@ -591,6 +591,8 @@ struct RequestGuard {
     held_since: Option<Instant>,
     /// The fault injected, once it is.
     fault: Option<FaultKind>,
+    /// The answer's reasoning and text, for the request log (`SimConfig::log_text`).
+    answer: Option<(String, String)>,
 }
 
 impl RequestGuard {
@@ -616,6 +618,7 @@ impl RequestGuard {
             held: None,
             held_since: None,
             fault: None,
+            answer: None,
         }
     }
 
@@ -708,6 +711,8 @@ impl Drop for RequestGuard {
                 finish,
                 held_ms: self.held.map(hold::round_ms),
                 fault: self.fault,
+                reasoning: self.answer.as_ref().map(|(r, _)| r.as_str()),
+                text: self.answer.as_ref().map(|(_, t)| t.as_str()),
             });
         }
         let mut st = self.shared.lock();
@@ -876,7 +881,7 @@ async fn generate(
         .store
         .and_then(|d| wire.response_id().map(|id| (id.to_owned(), d)));
     let mut generator = Generator {
-        collect: !stream || wire.collects_text(),
+        collect: !stream || wire.collects_text() || cfg.log_text,
         wire,
         guard,
         rng,
@@ -1233,6 +1238,9 @@ impl Generator {
                 .end(&mut self.buf, self.guard.usage, self.finish, out);
         }
         self.guard.finish = Some(self.finish);
+        if self.guard.shared.config.log_text {
+            self.guard.answer = Some((self.reasoning_text.clone(), self.text.clone()));
+        }
         if self.sse {
             self.pending_log = self.pending_log.or(match self.fault {
                 Some(k @ (FaultKind::NoDone | FaultKind::TruncatedUsage)) => Some(k),
