@@ -127,6 +127,20 @@ pub struct JourneysCmd {
     /// together. Refused when already more than 5 s past.
     #[arg(long, value_name = "UTC_TIME", value_parser = bench_run::placement::parse_start_at)]
     pub start_at: Option<time::OffsetDateTime>,
+    /// Cap on one event-stream line or event a server sends (bytes, or 8MiB, 1GiB...): past it
+    /// the operation fails as `response_too_large` and the rest is not read.
+    #[arg(long, value_name = "SIZE", value_parser = bench_transport::limits::parse_bytes,
+          default_value = "8MiB", help_heading = "Response size caps")]
+    pub max_event_bytes: u64,
+    /// Cap on one response body, streamed or not (past it: `response_too_large`).
+    #[arg(long, value_name = "SIZE", value_parser = bench_transport::limits::parse_bytes,
+          default_value = "64MiB", help_heading = "Response size caps")]
+    pub max_response_bytes: u64,
+    /// Cap on one answer read whole: a JSON body, a journey step's response (past it:
+    /// `response_too_large`).
+    #[arg(long, value_name = "SIZE", value_parser = bench_transport::limits::parse_bytes,
+          default_value = "8MiB", help_heading = "Response size caps")]
+    pub max_json_bytes: u64,
     /// TLS for an https:// --base-url.
     #[command(flatten)]
     pub tls: crate::TlsArgs,
@@ -229,6 +243,9 @@ impl JourneysCmd {
             max_p99_ms: self.max_p99_ms,
             tls: self.tls.options(),
             endpoint: self.endpoint,
+            max_event_bytes: self.max_event_bytes,
+            max_response_bytes: self.max_response_bytes,
+            max_json_bytes: self.max_json_bytes,
         })
     }
 }

@@ -230,4 +230,9 @@ pub struct ImportCmd {
     /// Count and skip invalid records instead of stopping at the first.
     #[arg(long)]
     pub skip_invalid: bool,
+    /// The longest line of a JSON Lines input read (bytes, or 64MiB, 1GiB...): a longer one is
+    /// an invalid record, read no further than the cap, so memory stays bounded.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB",
+          value_parser = bench_transport::limits::parse_bytes)]
+    pub max_trace_line: u64,
 }

@@ -40,6 +40,7 @@ pub fn run_import(args: ImportCmd) -> Result<(), CliError> {
         .map_err(|e| CliError::Usage(format!("--from: {e}")))?;
     let opts = ImportOptions {
         skip_invalid: args.skip_invalid,
+        max_line_bytes: args.max_trace_line,
         ..ImportOptions::default()
     };
     let (n, stats) =

@@ -95,6 +95,13 @@ pub struct JourneysSpec {
     pub tls: bench_transport::TlsOptions,
     /// The API the `openai` pack's generation journeys call (`chat` by default).
     pub endpoint: bench_transport::Endpoint,
+    /// Cap on one event-stream line or event a server sends, in bytes (8 MiB): past it the
+    /// operation fails as `response_too_large` and the rest is not read.
+    pub max_event_bytes: u64,
+    /// Cap on one response body, streamed or not, in bytes (64 MiB).
+    pub max_response_bytes: u64,
+    /// Cap on one answer read whole (a JSON body, a step's response), in bytes (8 MiB).
+    pub max_json_bytes: u64,
     /// Values for the `[params]` of a declarative pack or file (e.g. the `agent-turns` pack's
     /// `runner_id` and `llm_url`). Recorded in `run.json` and the report: pass secrets as
     /// `{{env.NAME}}` in the file instead.
@@ -126,9 +133,25 @@ impl Default for JourneysSpec {
             max_p99_ms: None,
             tls: bench_transport::TlsOptions::default(),
             endpoint: bench_transport::Endpoint::Chat,
+            max_event_bytes: bench_transport::Limits::DEFAULT.max_event_bytes as u64,
+            max_response_bytes: bench_transport::Limits::DEFAULT.max_response_bytes,
+            max_json_bytes: bench_transport::Limits::DEFAULT.max_json_bytes as u64,
             params: BTreeMap::new(),
             placement: Default::default(),
         }
+    }
+}
+
+impl JourneysSpec {
+    /// The transport's size caps these settings give.
+    pub fn response_caps(&self) -> bench_transport::Limits {
+        bench_runner::Limits {
+            max_event_bytes: self.max_event_bytes,
+            max_response_bytes: self.max_response_bytes,
+            max_json_bytes: self.max_json_bytes,
+            ..bench_runner::Limits::default()
+        }
+        .response_caps()
     }
 }
 
@@ -255,6 +278,15 @@ impl JourneysSpec {
         }
         if self.timeout.is_zero() {
             return Err(invalid("timeout must be positive"));
+        }
+        for (cap, name) in [
+            (self.max_event_bytes, "max_event_bytes"),
+            (self.max_response_bytes, "max_response_bytes"),
+            (self.max_json_bytes, "max_json_bytes"),
+        ] {
+            if cap == 0 {
+                return Err(invalid(format!("{name} must be at least 1 byte")));
+            }
         }
         match &self.base_url {
             Some(u) => {
@@ -454,6 +486,7 @@ fn prepare(
     ccfg.headers = options.headers.clone();
     ccfg.secrets = options.secrets.clone();
     ccfg.timeout = spec.timeout;
+    ccfg.limits = spec.response_caps();
     if embedded.is_none() {
         ccfg.tls = spec.tls.clone();
         if let (true, Some(f)) = (spec.tls.insecure, &options.notices) {

@@ -463,6 +463,11 @@ impl Client {
         format!("{}{}", self.scheme_authority, self.path_prefix)
     }
 
+    /// The size caps on this client's responses.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
     /// The values scrubbed from this client's errors: for callers that report parts of a
     /// response body themselves.
     pub fn secrets(&self) -> &Secrets {

@@ -246,6 +246,7 @@ pub fn import_target(format: bench_workload::import::ImportFormat, names: &[&str
     let opts = ImportOptions {
         skip_invalid: h & 1 != 0,
         mooncake_block_tokens: [512, 1, 16, 3][usize::from((h >> 4) & 3)],
+        ..ImportOptions::default()
     };
     let mut name = names[usize::from((h >> 2) & 3) % names.len()].to_owned();
     let dir = scratch_dir(format.name());

@@ -360,3 +360,74 @@ fn the_agent_turns_pack_lists_its_parameters_and_refuses_to_run_without_them() {
     );
     assert_eq!(e.lines().count(), 1, "{e}");
 }
+
+#[test]
+fn response_size_caps_are_flags_and_a_spec_keeps_them() {
+    // The errors of the transport's caps name --max-json-bytes and --max-response-bytes: both
+    // exist on bench journeys, and a response past one fails its operation, naming it.
+    let o = run(&[
+        "journeys",
+        "--journeys",
+        "list_models",
+        "--iterations",
+        "3",
+        "--warmup",
+        "0",
+        "--max-json-bytes",
+        "64",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = &report["journeys"]["list_models"]["runs"][0];
+    assert_eq!(row["n_success"], 0, "{row}");
+    assert_eq!(row["n_failures"], 3, "{row}");
+    assert!(
+        row.to_string().contains("response_too_large"),
+        "the failures are not response_too_large: {row}"
+    );
+    // A stream past --max-response-bytes is cut the same way; the default caps pass.
+    let o = run(&[
+        "journeys",
+        "--journeys",
+        "stream_complete",
+        "--iterations",
+        "2",
+        "--warmup",
+        "0",
+        "--max-response-bytes",
+        "300",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("every operation failed"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "journeys",
+        "--journeys",
+        "list_models,stream_complete",
+        "--iterations",
+        "2",
+        "--warmup",
+        "0",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The caps are spec keys: --print-spec writes them, 0 is refused naming the key.
+    let o = run(&["journeys", "--max-json-bytes", "1KiB", "--print-spec"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let spec = String::from_utf8_lossy(&o.stdout);
+    assert!(spec.contains("max_json_bytes = 1024"), "{spec}");
+    // A spec file's 0 is refused naming its key (the flags refuse 0 themselves).
+    let d = tempdir("journeys-caps");
+    let spec_file = d.join("s.toml");
+    std::fs::write(&spec_file, "max_event_bytes = 0\n").unwrap();
+    let o = run(&["journeys", "--spec", spec_file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("max_event_bytes must be at least 1 byte"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -257,3 +257,58 @@ fn no_tokenizer_warns_once() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["tokenizer"], "chars/4");
 }
+
+#[test]
+fn import_reads_no_line_past_max_trace_line() {
+    let d = tempdir("workload-import-cap");
+    let f = d.join("chats.jsonl");
+    let line = |text: &str| {
+        serde_json::json!({"messages": [
+            {"role": "user", "content": text},
+            {"role": "assistant", "content": "ok"},
+        ]})
+        .to_string()
+    };
+    let long = "x".repeat(4000);
+    std::fs::write(
+        &f,
+        format!(
+            "{}\n{}\n{}\n",
+            line("short"),
+            line(&long),
+            line("also short")
+        ),
+    )
+    .unwrap();
+    let out_file = d.join("out.jsonl");
+    let import = |extra: &[&str]| {
+        let mut args = vec!["import", "--from", "openai-messages", f.to_str().unwrap()];
+        args.extend(["-o", out_file.to_str().unwrap()]);
+        args.extend(extra);
+        run(&args)
+    };
+    // The default cap (64 MiB) reads all three.
+    let o = import(&[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("3 sessions"));
+    // Under a 1 KiB cap the long line is an invalid record, named by file and line.
+    let o = import(&["--max-trace-line", "1KiB"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("{}:2", f.display())), "{err}");
+    assert!(err.contains("cap"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // ... which --skip-invalid counts and skips.
+    let o = import(&["--max-trace-line", "1KiB", "--skip-invalid"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("2 sessions"), "{text}");
+    assert!(text.contains("skipped 1 invalid records"), "{text}");
+    let o = import(&["--max-trace-line", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--max-trace-line") && err.contains("at least 1 byte"),
+        "{err}"
+    );
+}

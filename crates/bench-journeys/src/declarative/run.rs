@@ -255,7 +255,7 @@ async fn run_once(
     let client = match &base {
         None => &env.client,
         Some(b) => {
-            other = common.client_for(b)?;
+            other = common.client_for(b, env.client.limits())?;
             &other
         }
     };

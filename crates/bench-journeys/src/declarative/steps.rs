@@ -189,14 +189,19 @@ pub(super) struct Common {
 
 impl Common {
     /// The client for another server (made on first use; no credentials from the
-    /// environment are sent to it).
-    pub(super) fn client_for(&self, base: &str) -> Result<bench_transport::Client, Failure> {
+    /// environment are sent to it), with the size caps of the run's own client (`limits`).
+    pub(super) fn client_for(
+        &self,
+        base: &str,
+        limits: bench_transport::Limits,
+    ) -> Result<bench_transport::Client, Failure> {
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(c) = clients.get(base) {
             return Ok(c.clone());
         }
         let mut cfg = bench_transport::ClientConfig::new(base);
         cfg.auth = bench_transport::Auth::None;
+        cfg.limits = limits;
         cfg.timeout = self.timeout.unwrap_or(DEFAULT_WAIT);
         let c = bench_transport::Client::new(cfg)
             .map_err(|e| Failure::other(format!("base {base}: {e}")))?;

@@ -191,6 +191,10 @@ pub struct ImportOptions {
     pub skip_invalid: bool,
     /// Tokens per Mooncake prefix block (the trace's block size; 512 in the FAST'25 release).
     pub mooncake_block_tokens: u32,
+    /// The longest line of a JSON Lines input read, in bytes (`bench import --max-trace-line`;
+    /// 64 MiB by default): a longer one is a malformed record, read no further than the cap,
+    /// so memory stays bounded.
+    pub max_line_bytes: u64,
 }
 
 impl Default for ImportOptions {
@@ -198,6 +202,7 @@ impl Default for ImportOptions {
         ImportOptions {
             skip_invalid: false,
             mooncake_block_tokens: 512,
+            max_line_bytes: load::DEFAULT_MAX_LINE_BYTES,
         }
     }
 }
@@ -712,7 +717,7 @@ pub(crate) fn for_each_json_line(
     reader: Box<dyn BufRead>,
     f: &mut dyn FnMut(&mut Ctx<'_>, u64, Value) -> RecordResult,
 ) -> Result<(), ImportError> {
-    let mut lines = load::Lines::new(reader, true, load::DEFAULT_MAX_LINE_BYTES);
+    let mut lines = load::Lines::new(reader, true, ctx.opts().max_line_bytes);
     loop {
         let (line, bytes) = match lines.next_line() {
             Ok(Some(l)) => l,
