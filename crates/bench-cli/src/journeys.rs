@@ -31,7 +31,12 @@ pub async fn run_journeys(args: JourneysCmd, given: &[String]) -> Result<(), Cli
             .unwrap_or_default(),
         None => bench_run::secrets::Secrets::default(),
     };
-    crate::secrets::init(&headers, &args.secret_headers, &file_secrets);
+    crate::secrets::init(
+        &headers,
+        &args.secret_headers,
+        spec.base_url.as_deref(),
+        &file_secrets,
+    );
     let journeys = spec.select().map_err(run_error)?;
     if args.list {
         let mut text = bench_journeys::suite::listing(&journeys);

@@ -106,6 +106,7 @@ pub async fn run_probe(args: ProbeArgs) -> Result<(), CliError> {
     secrets::init(
         &headers,
         &args.secret_headers,
+        args.base_url.as_deref(),
         &bench_run::secrets::Secrets::default(),
     );
     let extra = parse_extra_body(args.extra_request_body.as_deref())?;

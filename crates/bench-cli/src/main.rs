@@ -18,6 +18,30 @@ fn main() -> ExitCode {
     // (`no_thp`); this also covers a kernel that gives them unasked (THP `always`).
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_thp_disable(true);
+    // A panic's message may quote a secret (a URL, a header): it is printed scrubbed, as
+    // every other line is, and with a backtrace only when RUST_BACKTRACE asks for one.
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let what = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(a non-text payload)");
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let mut text = format!("bench: internal error{at}: {what} (a bug: please report it)\n");
+        let trace = std::backtrace::Backtrace::capture();
+        if trace.status() == std::backtrace::BacktraceStatus::Captured {
+            text.push_str(&format!("{trace}\n"));
+        }
+        eprint!("{}", bench_cli::secrets::scrub(&text));
+    }));
+    if let Some(m) = std::env::var_os("BENCH_TEST_PANIC") {
+        // For the test that a panic's message is scrubbed (crates/bench-cli/tests/it/secrets.rs).
+        panic!("{}", m.to_string_lossy());
+    }
     let command = Cli::command();
     // The flags given on the command line: they override a --spec file's settings, and a
     // resumed run refuses configuration flags. Argument groups, which clap also lists, are

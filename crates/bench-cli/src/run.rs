@@ -30,6 +30,7 @@ pub async fn run_run(args: RunCmd, given: &[String]) -> Result<(), CliError> {
     crate::secrets::init(
         &headers,
         &args.secret_headers,
+        args.base_url.as_deref(),
         &bench_run::secrets::Secrets::default(),
     );
     // Notices go above the progress bar once there is one (an eprintln would tear it).

@@ -16,10 +16,20 @@ use bench_run::secrets::Secrets;
 static SECRETS: OnceLock<Secrets> = OnceLock::new();
 
 /// Sets the process's secrets: the environment's API keys, the values of the secret ones of
-/// `headers` and of those named by `--secret-header` (`names`), and `extra`. Only the first
-/// call counts (each command makes one, before it prints anything).
-pub(crate) fn init(headers: &[(String, String)], names: &[String], extra: &Secrets) {
-    let _ = SECRETS.set(bench_run::secrets::run_secrets(headers, names, extra));
+/// `headers` and of those named by `--secret-header` (`names`), the password of a
+/// `--base-url`'s `user:password@` (`base_url`), and `extra`. Only the first call counts (each
+/// command makes one, before it prints anything).
+pub(crate) fn init(
+    headers: &[(String, String)],
+    names: &[String],
+    base_url: Option<&str>,
+    extra: &Secrets,
+) {
+    let mut s = bench_run::secrets::run_secrets(headers, names, extra);
+    if let Some(url) = base_url {
+        s.add_url_credentials(url);
+    }
+    let _ = SECRETS.set(s);
 }
 
 /// The process's secrets (as the command set them, else the environment's API keys).

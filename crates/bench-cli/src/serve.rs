@@ -12,7 +12,7 @@ pub async fn run_serve(args: ServeCmd) -> Result<(), CliError> {
     if let Some(t) = &token {
         own.add(t);
     }
-    crate::secrets::init(&[], &[], &own);
+    crate::secrets::init(&[], &[], None, &own);
     let cfg = ServeConfig {
         bind,
         token,

@@ -89,9 +89,17 @@ pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError>
     let spec = args.to_spec(given);
     let SweepCmd { sweep: f, run: r } = args;
     let headers = crate::parse_headers(&r.headers)?;
+    let base_url = match &spec {
+        Ok(s) => match &s.run.target {
+            bench_run::Target::Url { base_url, .. } => Some(base_url.as_str()),
+            _ => None,
+        },
+        Err(_) => r.base_url.as_deref(),
+    };
     crate::secrets::init(
         &headers,
         &r.secret_headers,
+        base_url,
         &bench_run::secrets::Secrets::default(),
     );
     let spec = spec?;

@@ -428,6 +428,9 @@ pub async fn start_journeys(
     if let Ok((_, Some(file))) = spec.load() {
         secrets.extend(file.secrets());
     }
+    if let Some(url) = &spec.base_url {
+        secrets.add_url_credentials(url);
+    }
     options.secrets = secrets.clone();
     options.notices = crate::secrets::scrubbing_notices(options.notices.take(), &secrets);
     start_checked(spec, options)

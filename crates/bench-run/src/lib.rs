@@ -74,6 +74,10 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 pub async fn start(spec: RunSpec, mut options: RunOptions) -> Result<RunHandle, RunError> {
     options.secrets =
         secrets::run_secrets(&options.headers, &options.secret_headers, &options.secrets);
+    // A password in the base URL is sent (HTTP Basic) and never recorded or shown.
+    if let Target::Url { base_url, .. } = &spec.target {
+        options.secrets.add_url_credentials(base_url);
+    }
     let s = options.secrets.clone();
     spec.validate().map_err(|e| e.scrub(&s))?;
     launch(spec, options, None).await.map_err(|e| e.scrub(&s))

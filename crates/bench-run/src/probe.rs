@@ -221,7 +221,11 @@ impl ProbeReport {
 
 /// Sends `p`'s one turn and reports it.
 pub async fn probe(p: &Probe) -> Result<ProbeReport, RunError> {
-    let secrets = crate::secrets::run_secrets(&p.headers, &p.secret_headers, &Default::default());
+    let mut secrets =
+        crate::secrets::run_secrets(&p.headers, &p.secret_headers, &Default::default());
+    if let ProbeTarget::Url(url) = &p.target {
+        secrets.add_url_credentials(url);
+    }
     let r = match &p.target {
         ProbeTarget::Url(url) => probe_at(p, url, false, &secrets).await,
         ProbeTarget::Embedded(sim) => {

@@ -51,7 +51,7 @@ pub use event::{
 pub use record::{
     CountSource, FailedAttempt, NodeInfo, SessionRecord, SessionStatus, TurnRecord, TurnStatus,
 };
-pub use secrets::{Secrets, is_secret_name};
+pub use secrets::{Secrets, is_secret_name, redact_url, url_credentials};
 
 /// The names of a run directory's files.
 pub mod files {

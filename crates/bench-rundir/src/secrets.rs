@@ -139,6 +139,26 @@ pub fn cut(text: &str, max: usize) -> &str {
     }
 }
 
+/// The `user` and `password` of a URL's `user:password@` (as written, percent-encoding kept);
+/// `None` when the URL carries no credentials. The password is `""` for `user@`.
+pub fn url_credentials(url: &str) -> Option<(&str, &str)> {
+    let rest = url.trim().split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    Some(userinfo.split_once(':').unwrap_or((userinfo, "")))
+}
+
+/// `url` with the password of its `user:password@` replaced by [`MASK`] (for messages that
+/// name a URL before any secret is known).
+pub fn redact_url(url: &str) -> Cow<'_, str> {
+    match url_credentials(url) {
+        Some((user, pass)) if !pass.is_empty() => {
+            Cow::Owned(url.replacen(&format!("{user}:{pass}@"), &format!("{user}:{MASK}@"), 1))
+        }
+        _ => Cow::Borrowed(url),
+    }
+}
+
 /// The secret values a process knows, replaced by [`MASK`] wherever [`Secrets::scrub`] is
 /// applied. Cheap to clone (shared); `Debug` shows how many values it holds, never them.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -174,6 +194,18 @@ impl Secrets {
         let values = Arc::make_mut(&mut self.values);
         values.push(v.to_owned());
         values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    }
+
+    /// Adds the password of `url`'s `user:password@`, as written and percent-decoded (what a
+    /// `--base-url` may carry), so that the URL shows as `user:***@host` wherever it is
+    /// scrubbed.
+    pub fn add_url_credentials(&mut self, url: &str) {
+        if let Some((_, pass)) = url_credentials(url) {
+            self.add(pass);
+            if let Some(decoded) = percent_decode(pass) {
+                self.add(&decoded);
+            }
+        }
     }
 
     /// `self` with `value` added.
@@ -336,10 +368,53 @@ impl crate::LifecycleEvent {
     }
 }
 
+/// `text` with its `%XX` escapes decoded (`None`: there were none, or they do not make UTF-8).
+pub fn percent_decode(text: &str) -> Option<String> {
+    if !text.contains('%') {
+        return None;
+    }
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_credentials_are_found_and_masked() {
+        assert_eq!(
+            url_credentials("https://al:p%40ss@h:1/v1?q=a@b"),
+            Some(("al", "p%40ss"))
+        );
+        assert_eq!(url_credentials("http://al@h"), Some(("al", "")));
+        assert_eq!(url_credentials("http://h:1/a@b"), None);
+        assert_eq!(redact_url("http://al:pw-long@h:1"), "http://al:***@h:1");
+        assert_eq!(redact_url("http://h:1"), "http://h:1");
+        let mut s = Secrets::default();
+        s.add_url_credentials("http://al:p%40ssword@h");
+        assert_eq!(s.scrub("p%40ssword and p@ssword"), "*** and ***");
+    }
     use serde_json::json;
 
     #[test]

@@ -401,10 +401,19 @@ impl Client {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let mut secrets = config.secrets.clone();
-        let auth_value = match &config.auth {
-            Auth::None => None,
-            Auth::Bearer(k) => Some(format!("Bearer {k}")),
-            Auth::Raw(k) => Some(k.clone()),
+        secrets.add_url_credentials(&config.base_url);
+        let auth_value = match (&base.credentials, &config.auth) {
+            // Credentials in the URL are HTTP Basic auth, as curl and browsers send them; they
+            // are more specific than an API key from the environment.
+            (Some((user, pass)), _) => {
+                use base64::Engine as _;
+                let token =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+                Some(format!("Basic {token}"))
+            }
+            (None, Auth::None) => None,
+            (None, Auth::Bearer(k)) => Some(format!("Bearer {k}")),
+            (None, Auth::Raw(k)) => Some(k.clone()),
         };
         if let Some(v) = auth_value {
             secrets.add_header(AUTHORIZATION.as_str(), &v);
@@ -1049,8 +1058,10 @@ struct Progress {
 #[derive(Debug, PartialEq, Eq)]
 struct BaseUrl {
     https: bool,
-    /// `host[:port]` as written.
+    /// `host[:port]` as written (without the credentials).
     authority: String,
+    /// `user` and `password` of a `user:password@` before the host, percent-decoded.
+    credentials: Option<(String, String)>,
     /// A path prefix before our routes (`""` when none).
     path_prefix: String,
 }
@@ -1064,11 +1075,14 @@ fn host_of(authority: &str) -> &str {
 }
 
 fn parse_base_url(base: &str) -> Result<BaseUrl, Error> {
+    // Messages name the URL with its password masked (no secret is known yet).
+    let shown = bench_rundir::redact_url(base.trim());
+    let shown = shown.as_ref();
     let base = base.trim();
     let uri: Uri = base.parse().map_err(|e| {
         Error::new(
             ErrorKind::InvalidRequest,
-            format!("invalid base URL {base:?}: {e}"),
+            format!("invalid base URL {shown:?}: {e}"),
         )
     })?;
     let https = match uri.scheme_str() {
@@ -1078,21 +1092,21 @@ fn parse_base_url(base: &str) -> Result<BaseUrl, Error> {
             return Err(Error::new(
                 ErrorKind::InvalidRequest,
                 format!(
-                    "unsupported scheme {other}:// in base URL {base:?}: use http:// or https://"
+                    "unsupported scheme {other}:// in base URL {shown:?}: use http:// or https://"
                 ),
             ));
         }
         None => {
             return Err(Error::new(
                 ErrorKind::InvalidRequest,
-                format!("base URL {base:?} needs a scheme, e.g. http://127.0.0.1:8000"),
+                format!("base URL {shown:?} needs a scheme, e.g. http://127.0.0.1:8000"),
             ));
         }
     };
     let Some(authority) = uri.authority() else {
         return Err(Error::new(
             ErrorKind::InvalidRequest,
-            format!("base URL {base:?} has no host"),
+            format!("base URL {shown:?} has no host"),
         ));
     };
     // A trailing `/v1` or `/v1/chat/completions` (agentic-bench's URLs) names our own routes.
@@ -1102,9 +1116,19 @@ fn parse_base_url(base: &str) -> Result<BaseUrl, Error> {
         .or_else(|| path.strip_suffix("/v1"))
         .unwrap_or(path)
         .to_string();
+    // `user:password@host`: the credentials go in an Authorization header, not the Host.
+    let (credentials, authority) = match authority.as_str().rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let (user, pass) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            let decode = |s: &str| bench_rundir::secrets::percent_decode(s).unwrap_or(s.into());
+            (Some((decode(user), decode(pass))), host.to_string())
+        }
+        None => (None, authority.to_string()),
+    };
     Ok(BaseUrl {
         https,
-        authority: authority.to_string(),
+        credentials,
+        authority,
         path_prefix: path,
     })
 }
@@ -1349,6 +1373,7 @@ mod tests {
     fn base_urls() {
         let b = |https: bool, a: &str, p: &str| BaseUrl {
             https,
+            credentials: None,
             authority: a.into(),
             path_prefix: p.into(),
         };

@@ -665,3 +665,61 @@ fn the_control_plane_never_shows_a_secret() {
     seen.assert_clean();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A password in `--base-url` (`user:password@`).
+const URL_PASS: &str = "pw-SECRET-url-2468";
+
+#[test]
+fn a_password_in_the_base_url_is_sent_and_never_shown() {
+    let (sim, url) = spawn_sim(&["--instant"]);
+    let with_pass = url.replacen("http://", &format!("http://alice:{URL_PASS}@"), 1);
+    let tmp = tempdir("secrets-url");
+    let dir = tmp.join("run");
+    let mut args = vec!["run".to_owned(), "--base-url".into(), with_pass.clone()];
+    args.extend(workload_args());
+    args.extend(["--run-dir".into(), dir.display().to_string()]);
+    let o = run_cmd(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut seen = Seen::default();
+    seen.output("bench run", &o);
+    seen.dir(&dir);
+    // A server that cannot be reached: the error names the URL, not its password.
+    let o = run_cmd(&[
+        "probe".into(),
+        "--base-url".into(),
+        "http://alice:pw-SECRET-url-2468@127.0.0.1:1".into(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    seen.output("bench probe", &o);
+    for (what, text) in &seen.0 {
+        assert!(
+            !text.contains(URL_PASS),
+            "{what} holds the password:\n{text}"
+        );
+    }
+    // run.json keeps the URL, the password masked.
+    let run_json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let recorded = run_json["spec"]["target"]["url"]["base_url"]
+        .as_str()
+        .unwrap();
+    assert!(recorded.starts_with("http://alice:***@"), "{recorded}");
+    stop_sim(sim);
+}
+
+#[test]
+fn a_panic_message_is_scrubbed() {
+    let o = cmd()
+        .env("BENCH_TEST_PANIC", format!("boom near {ENV_KEY}"))
+        .env_remove("RUST_BACKTRACE")
+        .args(["plan"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(101));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("internal error") && err.contains("boom near ***"),
+        "{err}"
+    );
+    assert!(!err.contains(MARK), "{err}");
+}

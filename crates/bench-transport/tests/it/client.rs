@@ -308,6 +308,61 @@ async fn auth_and_extra_headers_are_sent() {
 }
 
 #[tokio::test]
+async fn credentials_in_the_base_url_are_basic_auth_and_never_in_errors() {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let addr = serve(move |mut s, _| {
+        let tx = tx.clone();
+        async move {
+            if let Some(head) = read_request(&mut s).await {
+                tx.send(head).unwrap();
+                s.write_all(sse_response(STREAM).as_bytes()).await.unwrap();
+            }
+        }
+    })
+    .await;
+    // A percent-encoded `@` in the password, and an API key from the environment that the
+    // URL's credentials win over.
+    let mut cfg = ClientConfig::new(format!("http://alice:pa%40ss-9@{addr}/v1"));
+    cfg.auth = Auth::Bearer("sk-env".into());
+    let c = Client::new(cfg).unwrap();
+    assert_eq!(c.base_url(), format!("http://{addr}"));
+    c.chat(&request(), &RequestOptions::default())
+        .await
+        .unwrap();
+    let head = rx.recv().await.unwrap();
+    // base64("alice:pa@ss-9")
+    assert!(
+        head.contains("authorization: Basic YWxpY2U6cGFAc3MtOQ=="),
+        "{head}"
+    );
+    assert!(
+        head.to_ascii_lowercase()
+            .contains(&format!("host: {addr}\r\n")),
+        "{head}"
+    );
+    // The password shows as *** in the errors the client returns, as written and decoded.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let c = Client::new(ClientConfig::new(format!(
+        "http://alice:pa%40ss-9@127.0.0.1:{port}"
+    )))
+    .unwrap();
+    let e = c
+        .chat(&request(), &RequestOptions::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("pa%40ss-9") && !e.contains("pa@ss-9"), "{e}");
+    let e = Client::new(ClientConfig::new("ftp://alice:pa%40ss-9@127.0.0.1:1"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("alice:***@"), "{e}");
+    assert!(!e.contains("pa%40ss-9"), "{e}");
+}
+
+#[tokio::test]
 async fn error_responses_keep_the_connection() {
     let addr = serve(|mut s, _| async move {
         while read_request(&mut s).await.is_some() {
