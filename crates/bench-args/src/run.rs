@@ -340,6 +340,10 @@ pub struct RunCmd {
     /// The same as --help.
     #[arg(long, action = ArgAction::HelpLong, help_heading = ABENCH)]
     help_advanced: Option<bool>,
+    /// Refused, saying where faults are injected instead (`bench sim --fault` takes the same
+    /// KIND=RATE form, which a user may try here).
+    #[arg(long, hide = true, value_name = "KIND=RATE")]
+    pub fault: Vec<String>,
     /// Dataset and selection.
     #[command(flatten)]
     pub plan: PlanArgs,
@@ -583,6 +587,7 @@ pub const NOT_IN_SPEC: &[&str] = &[
     "no_output_details",
     "verbose",
     "help_advanced",
+    "fault",
 ];
 
 impl RunCmd {
@@ -653,6 +658,15 @@ impl RunCmd {
     /// elsewhere), header values left out.
     pub fn to_spec(&self) -> Result<RunSpec, CliError> {
         let usage = |m: &str| Err(CliError::Usage(m.into()));
+        if !self.fault.is_empty() {
+            return usage(
+                "--fault: bench run does not break its own requests (its turns would then \
+                 measure the client, not the server): inject faults at the server with bench \
+                 sim --fault KIND=RATE (429, 503, resets, stalls, cut streams...) or on the \
+                 network with tc netem (docs/reliability.md); a client that cancels mid-stream \
+                 is the interrupt journey of bench journeys",
+            );
+        }
         if self.burstiness.is_some() && !matches!(self.arrival, Some(ArrivalArg::Gamma)) {
             return usage("--burstiness needs --arrival gamma");
         }
