@@ -578,7 +578,7 @@ struct Findings {
 }
 
 /// Checks the run directory; every problem found is listed in the error.
-fn check_run(run_dir: &Path) -> Result<Findings> {
+fn check_run(run_dir: &Path, pinned: u64) -> Result<Findings> {
     let result_path = run_dir.join("result.json");
     let result: Value = serde_json::from_str(
         &std::fs::read_to_string(&result_path)
@@ -619,6 +619,12 @@ fn check_run(run_dir: &Path) -> Result<Findings> {
         match t.ttft_ms {
             Some(x) if x > 0.0 => {}
             other => problems.push(format!("{who}: ttft_ms is {other:?}")),
+        }
+        if t.output_tokens != Some(pinned) {
+            problems.push(format!(
+                "{who}: {:?} output tokens, not the {pinned} pinned",
+                t.output_tokens
+            ));
         }
         output_tokens += t.output_tokens.unwrap_or(0);
         if t.turn_index > 0 {
@@ -703,14 +709,17 @@ fn llama() -> Result<()> {
     eprintln!("xtask it llama: llama.cpp listening on {base} after {start_s:.1} s");
 
     let t = Instant::now();
-    let outcome = bench_and_check(&bench, &root, &it_dir, &base)
-        .and_then(|f| faithful_tool_calls(&bench, &it_dir, &base).map(|n| (f, n)));
+    let outcome = bench_and_check(&bench, &root, &it_dir, &base).and_then(|f| {
+        let n = faithful_tool_calls(&bench, &it_dir, &base)?;
+        let apis = other_endpoints(&bench, &it_dir, &base)?;
+        Ok((f, n, apis))
+    });
     let run_s = t.elapsed().as_secs_f64();
     if outcome.is_err() {
         server.print_log_tail(40);
     }
     drop(server);
-    let (f, faithful_ok) = outcome?;
+    let (f, faithful_ok, apis) = outcome?;
     println!(
         "xtask it llama: ok: {} turns ok ({} output tokens, usage from the server), TTFT p50 {}, \
          prefix-cache hits in {} of {} later turns; {faithful_ok} turns with tool calls and tool \
@@ -722,6 +731,9 @@ fn llama() -> Result<()> {
         f.later_turns_cached,
         f.later_turns
     );
+    for line in apis {
+        println!("xtask it llama: {line}");
+    }
     println!(
         "xtask it llama: times: venv {install_s:.1} s ({}), build {build_s:.1} s, server start \
          {start_s:.1} s, bench run {run_s:.1} s, total {:.1} s",
@@ -789,11 +801,101 @@ fn bench_and_check(bench: &Path, root: &Path, it_dir: &Path, base: &str) -> Resu
             stdout_path.display()
         );
     }
-    let findings = check_run(&run_dir)?;
+    let findings = check_run(&run_dir, 32)?;
     if !status.success() {
         bail!("bench run exited with {status} although its records look fine");
     }
     Ok(findings)
+}
+
+/// The other APIs llama.cpp serves: a short replay on each of `completions`, `messages` and
+/// `responses` (every turn ok, the output pinned, the usage the server's), then `bench probe`
+/// on all four (its token count pinned; SmolLM2 does not reason, so `ttfa_ms` is `ttft_ms`).
+/// One summary line per API.
+fn other_endpoints(bench: &Path, it_dir: &Path, base: &str) -> Result<Vec<String>> {
+    const PINNED: u64 = 16;
+    let (_, n_ctx) = models(base)?;
+    let max_model_len = n_ctx.unwrap_or(u64::from(N_CTX / PARALLEL)).to_string();
+    let mut lines = Vec::new();
+    for api in ["completions", "messages", "responses"] {
+        let run_dir = it_dir.join(format!("llama-run-{api}"));
+        let _ = std::fs::remove_dir_all(&run_dir);
+        let pinned = format!("fixed:{PINNED}");
+        let args = [
+            "run",
+            "--base-url",
+            base,
+            "--endpoint",
+            api,
+            "-c",
+            "2",
+            "--num-sessions",
+            "2",
+            "--max-turns",
+            "3",
+            "--max-context",
+            "1500",
+            "--output-policy",
+            &pinned,
+            "--max-model-len",
+            &max_model_len,
+            "--turn-timeout",
+            "300s",
+            "-q",
+            "--json",
+            "--run-dir",
+        ];
+        eprintln!(
+            "xtask it llama: bench {} {}",
+            args.join(" "),
+            run_dir.display()
+        );
+        let out = Command::new(bench).args(args).arg(&run_dir).output()?;
+        if !out.status.success() && out.status.code() != Some(1) {
+            bail!(
+                "bench run --endpoint {api} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let f =
+            check_run(&run_dir, PINNED).with_context(|| format!("bench run --endpoint {api}"))?;
+        lines.push(format!(
+            "--endpoint {api}: {} turns ok, {PINNED} output tokens each (usage from the server), \
+             prefix-cache hits in {} of {} later turns",
+            f.turns_ok, f.later_turns_cached, f.later_turns
+        ));
+    }
+    for api in ["chat", "completions", "messages", "responses"] {
+        let out = Command::new(bench)
+            .args([
+                "probe",
+                "--base-url",
+                base,
+                "--endpoint",
+                api,
+                "--max-tokens",
+                "8",
+            ])
+            .args(["--json", "--timeout-s", "300"])
+            .output()?;
+        let v: Value = serde_json::from_slice(&out.stdout).with_context(|| {
+            format!(
+                "bench probe --endpoint {api}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+        let (ttft, ttfa) = (v["ttft_ms"].as_f64(), v["ttfa_ms"].as_f64());
+        if !out.status.success() || v["completion_tokens"] != 8 || ttft.is_none() || ttfa != ttft {
+            bail!("bench probe --endpoint {api}: want 8 tokens and ttfa_ms = ttft_ms: {v}");
+        }
+        lines.push(format!(
+            "bench probe --endpoint {api}: 8 tokens, ttft = ttfa {:.0} ms, {} chunks",
+            ttft.unwrap_or(0.0),
+            v["chunks"]
+        ));
+    }
+    Ok(lines)
 }
 
 /// An agent trace with a tool call, its result and the tool's definition, replayed with

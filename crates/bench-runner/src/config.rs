@@ -519,21 +519,31 @@ impl RunConfig {
                 } else {
                     system
                 };
+                // A Responses item says its type (see `Render::Items`).
+                let system_prefix = if self.request.endpoint == Endpoint::Responses {
+                    crate::conv::item_prefix(bench_workload::plan::Role::System)
+                } else {
+                    "{\"role\":\"system\",\"content\":"
+                };
                 match system {
                     System::None => {}
                     System::Shared(h) if is_long(h) => {
-                        b.push_str(h.json_prefix());
+                        b.push_str(system_prefix);
                         piece(&mut b, &mut parts, shared(h));
                         b.push('}');
                     }
-                    System::Shared(h) => h.write_json(&mut b),
+                    System::Shared(h) => {
+                        b.push_str(system_prefix);
+                        b.push_str(&h.content_json);
+                        b.push('}');
+                    }
                     System::Own(lit) => {
-                        b.push_str("{\"role\":\"system\",\"content\":");
+                        b.push_str(system_prefix);
                         b.push_str(lit);
                         b.push('}');
                     }
                     System::Marked(h, marker) => {
-                        b.push_str(h.json_prefix());
+                        b.push_str(system_prefix);
                         push_system(&mut b, &mut parts, h, Cut::Open);
                         b.push_str(marker);
                         b.push_str("\"}");
@@ -629,9 +639,8 @@ impl RunConfig {
     /// How a conversation is written for [`RequestShape::endpoint`].
     pub fn render(&self) -> crate::conv::Render {
         match self.request.endpoint {
-            bench_transport::Endpoint::Chat | bench_transport::Endpoint::Responses => {
-                crate::conv::Render::Json
-            }
+            bench_transport::Endpoint::Chat => crate::conv::Render::Json,
+            bench_transport::Endpoint::Responses => crate::conv::Render::Items,
             bench_transport::Endpoint::Messages => crate::conv::Render::JsonNoSystem,
             bench_transport::Endpoint::Completions => crate::conv::Render::Text,
         }

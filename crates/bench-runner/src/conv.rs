@@ -41,9 +41,23 @@ pub enum Render {
     /// The same, a system message written as a user one (Anthropic `messages` hold only user
     /// and assistant turns; the session's system prompt goes to `system`).
     JsonNoSystem,
+    /// Responses `input` items: each message with its `"type":"message"`, which OpenAI's API
+    /// takes as optional and llama.cpp's requires for assistant items ("Cannot determine type
+    /// of 'item'" without it); a tool result (not sent faithfully there) as a user item.
+    Items,
     /// The inside of one JSON string: `System: …`, `User: …` or `Assistant: …` paragraphs,
     /// each followed by a blank line (a legacy completions `prompt`).
     Text,
+}
+
+/// The start of a message's Responses input item ([`Render::Items`]), up to its content.
+pub(crate) fn item_prefix(role: bench_workload::plan::Role) -> &'static str {
+    use bench_workload::plan::Role;
+    match role {
+        Role::System => "{\"type\":\"message\",\"role\":\"system\",\"content\":",
+        Role::User | Role::Tool => "{\"type\":\"message\",\"role\":\"user\",\"content\":",
+        Role::Assistant => "{\"type\":\"message\",\"role\":\"assistant\",\"content\":",
+    }
 }
 
 /// The paragraph label of a message in [`Render::Text`].
@@ -129,6 +143,7 @@ impl Conversation {
                 ("{\"role\":\"user\",\"content\":", "}")
             }
             Render::JsonNoSystem => (m.json_prefix(), "}"),
+            Render::Items => (item_prefix(m.role), "}"),
             Render::Text => (text_label(m), TEXT_SEP),
         };
         let text = self.render == Render::Text;
@@ -174,6 +189,7 @@ impl Conversation {
             (Render::JsonNoSystem, bench_workload::plan::Role::System) => {
                 ("{\"role\":\"user\",\"content\":", "}")
             }
+            (Render::Items, _) => (item_prefix(role), "}"),
             _ => (m.json_prefix(), "}"),
         };
         let c = if self.render == Render::Text {
