@@ -366,12 +366,6 @@ mod tests {
 
     pub(crate) fn turn(sid: &str, i: u32, sent: f64, end: f64) -> TurnRecord {
         TurnRecord {
-            session_id: sid.into(),
-            replay: 0,
-            turn_index: i,
-            status: TurnStatus::Ok,
-            error_kind: None,
-            error: None,
             ttft_ms: Some(1.0),
             e2e_ms: Some(2.0),
             tpot_ms: None,
@@ -380,33 +374,14 @@ mod tests {
             input_tokens_source: Some(CountSource::Server),
             output_tokens: Some(2),
             output_tokens_source: Some(CountSource::Server),
-            cached_tokens: None,
-            cached_device_tokens: None,
-            cached_host_tokens: None,
             max_output_tokens: 2,
-            recorded_output_tokens: None,
-            active_at_dispatch: 1,
             due_s: sent,
             sent_s: sent,
             first_token_s: None,
             end_s: end,
             sent_utc: String::new(),
             end_utc: String::new(),
-            worker: None,
-            redials: 0,
-            warmup: false,
-            ttfa_ms: None,
-            reasoning_chunks: None,
-            answer_chunks: None,
-            reasoning_tokens: None,
-            connect_ms: None,
-            tls_ms: None,
-            est_input_tokens: None,
-            prefix_shared_tokens: None,
-            superseded: false,
-            attempts: 1,
-            failed_attempts: Vec::new(),
-            node: None,
+            ..TurnRecord::example(sid, i)
         }
     }
 
