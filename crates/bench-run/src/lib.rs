@@ -103,7 +103,11 @@ pub async fn resume(dir: &Path, mut options: RunOptions) -> Result<RunHandle, Ru
     options.secrets =
         secrets::run_secrets(&options.headers, &options.secret_headers, &options.secrets);
     let s = options.secrets.clone();
-    let spec = r.run_json.spec.clone();
+    let mut spec = r.run_json.spec.clone();
+    // The URL's masked credentials are not sent: the Authorization header given again is.
+    if let Target::Url { base_url, .. } = &mut spec.target {
+        *base_url = bench_rundir::secrets::without_credentials(base_url);
+    }
     spec.validate().map_err(|e| e.scrub(&s))?;
     launch(spec, options, Some(r))
         .await

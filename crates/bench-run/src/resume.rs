@@ -120,6 +120,23 @@ pub fn read(dir: &Path, header_names: &[String]) -> Result<Resume, RunError> {
             ));
         }
     }
+    // A password in the base URL is recorded as `***`: it must come again, as a header.
+    if let Target::Url { base_url, .. } = &spec.target
+        && let Some((user, pass)) = bench_rundir::url_credentials(base_url)
+        && pass == bench_rundir::secrets::MASK
+        && !header_names
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case("authorization"))
+    {
+        return Err(refuse(
+            dir,
+            format!(
+                "the run's base URL carried a password, which is never recorded; pass the \
+                 credentials again as a header (--header 'Authorization=Basic <base64 of \
+                 {user}:PASSWORD>')"
+            ),
+        ));
+    }
     let st = health::status(dir, health::DEFAULT_STALL_AFTER, &health::LocalSystem)
         .map_err(|e| RunError::Invalid(format!("resume: {e}")))?;
     match &st.stopped {

@@ -148,6 +148,21 @@ pub fn url_credentials(url: &str) -> Option<(&str, &str)> {
     Some(userinfo.split_once(':').unwrap_or((userinfo, "")))
 }
 
+/// `url` without its `user:password@` (the URL a client connects to).
+pub fn without_credentials(url: &str) -> String {
+    match url_credentials(url) {
+        Some((user, pass)) => {
+            let userinfo = if pass.is_empty() && !url.contains(&format!("{user}:@")) {
+                format!("{user}@")
+            } else {
+                format!("{user}:{pass}@")
+            };
+            url.replacen(&userinfo, "", 1)
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// `url` with the password of its `user:password@` replaced by [`MASK`] (for messages that
 /// name a URL before any secret is known).
 pub fn redact_url(url: &str) -> Cow<'_, str> {
@@ -411,6 +426,9 @@ mod tests {
         assert_eq!(url_credentials("http://h:1/a@b"), None);
         assert_eq!(redact_url("http://al:pw-long@h:1"), "http://al:***@h:1");
         assert_eq!(redact_url("http://h:1"), "http://h:1");
+        assert_eq!(without_credentials("http://al:***@h:1/v1"), "http://h:1/v1");
+        assert_eq!(without_credentials("http://al@h:1"), "http://h:1");
+        assert_eq!(without_credentials("http://h:1"), "http://h:1");
         let mut s = Secrets::default();
         s.add_url_credentials("http://al:p%40ssword@h");
         assert_eq!(s.scrub("p%40ssword and p@ssword"), "*** and ***");

@@ -704,6 +704,22 @@ fn a_password_in_the_base_url_is_sent_and_never_shown() {
         .as_str()
         .unwrap();
     assert!(recorded.starts_with("http://alice:***@"), "{recorded}");
+    // Resuming needs the credentials again, as a header (the masked password is never sent);
+    // given, the resume goes on to its next check (this run finished).
+    let resume = |extra: &[&str]| {
+        let mut args = vec!["run", "--resume", dir.to_str().unwrap()];
+        args.extend(extra);
+        run_cmd(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    };
+    let o = resume(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("base URL carried a password"), "{err}");
+    assert!(err.contains("Authorization=Basic"), "{err}");
+    let o = resume(&["--header", "Authorization=Basic YWxpY2U6cHc="]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("already finished"), "{err}");
     stop_sim(sim);
 }
 
