@@ -206,7 +206,10 @@ pub struct RunCmd {
     /// play warmed).
     #[arg(long)]
     pub no_cache_bust: bool,
-    /// Send `max_tokens` instead of `max_completion_tokens`.
+    /// Send `max_tokens` instead of `max_completion_tokens`. Without it a server not known to
+    /// honour `max_completion_tokens` (not vLLM, SGLang or llama.cpp) gets one short check
+    /// turn first, and `max_tokens` if it ignored the newer field (a notice says so; run.json
+    /// records it as `output_cap`).
     #[arg(long)]
     pub legacy_max_tokens: bool,
     /// The API every turn calls: chat (/v1/chat/completions), responses (/v1/responses),
@@ -766,7 +769,7 @@ impl RunCmd {
             output_cap_field: if self.legacy_max_tokens {
                 OutputCapField::MaxTokens
             } else {
-                OutputCapField::MaxCompletionTokens
+                OutputCapField::Auto
             },
             ignore_eos: !self.no_ignore_eos,
             response: if self.disable_stream {

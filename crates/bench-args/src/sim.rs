@@ -146,6 +146,13 @@ pub struct SimArgs {
     /// checking what a client accumulated).
     #[arg(long, requires = "request_log")]
     pub log_text: bool,
+    /// Be an unknown OpenAI-compatible server: /metrics answers 404 (no engine's names).
+    #[arg(long)]
+    pub no_metrics: bool,
+    /// Chat completions ignore max_completion_tokens and honour only max_tokens (answering
+    /// --default-max-tokens otherwise), as llama-cpp-python's server does.
+    #[arg(long)]
+    pub ignore_max_completion_tokens: bool,
     /// Request header whose value is copied into the request log as the session.
     #[arg(long, default_value = "x-session-id")]
     pub session_header: String,

@@ -67,6 +67,8 @@ pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
         .map_err(CliError::Usage)?;
     config.request_log = args.request_log.clone();
     config.log_text = args.log_text;
+    config.metrics = !args.no_metrics;
+    config.ignore_max_completion_tokens = args.ignore_max_completion_tokens;
     config.session_header = args.session_header.clone();
     config.worker_id = args.worker_id.clone();
     config.hold = args.hold;

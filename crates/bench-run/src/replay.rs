@@ -44,6 +44,7 @@ struct Connected {
     backend: bench_telemetry::Backend,
     detected: server::Detected,
     clock: Option<bench_rundir::ClockOffset>,
+    output_cap: Option<server::OutputCapCheck>,
 }
 
 /// Launch stage 5: the server ready and known, the run directory with `run.json` (a resumed
@@ -147,6 +148,7 @@ fn run_json_of(
         config_digest: spec.config_digest(),
         shard: identity.shard,
         clock: found.clock,
+        output_cap: found.output_cap.clone(),
         merged: None,
     }
 }
@@ -172,7 +174,7 @@ async fn connect(
     // the workers': each worker's first turn opens its connection (and pays its TLS
     // handshake) as a user's first request would.
     let scrape_client = Client::new(ccfg.clone()).map_err(|e| RunError::Invalid(e.to_string()))?;
-    let client = Client::new(ccfg).map_err(|e| RunError::Invalid(e.to_string()))?;
+    let client = Client::new(ccfg.clone()).map_err(|e| RunError::Invalid(e.to_string()))?;
     let found = server::wait_ready(&scrape_client, ready_timeout).await?;
     let model = match (&spec.request.model, &found.model) {
         (Some(m), _) | (None, Some(m)) => m.clone(),
@@ -205,15 +207,37 @@ async fn connect(
         }
         BackendChoice::Auto => detected.backend,
     };
+    let mut cfg = spec.run_config(model, max_model_len, backend);
+    let output_cap = if needs_output_cap_check(spec, backend) {
+        let check = server::check_output_cap(ccfg, &cfg).await;
+        if let Some(n) = check.notice() {
+            options.notice(n);
+        }
+        cfg.request.output_cap_field = check.field;
+        Some(check)
+    } else {
+        None
+    };
     Ok(Connected {
         client,
         scrape_client,
-        cfg: spec.run_config(model, max_model_len, backend),
+        cfg,
         max_model_len,
         backend,
         detected,
         clock,
+        output_cap,
     })
+}
+
+/// A chat run that left the output cap's field to bench, against a server not known to honour
+/// `max_completion_tokens` (vLLM, SGLang, llama.cpp and the embedded simulator do).
+fn needs_output_cap_check(spec: &RunSpec, backend: bench_telemetry::Backend) -> bool {
+    use bench_telemetry::Backend;
+    spec.request.output_cap_field == bench_runner::OutputCapField::Auto
+        && spec.request.endpoint == bench_transport::Endpoint::Chat
+        && !spec.is_embedded()
+        && !matches!(backend, Backend::Vllm | Backend::Sglang | Backend::Llamacpp)
 }
 
 /// `events.jsonl`'s `started`, or for a resume its `resumed` (the kept records applied, the

@@ -67,6 +67,11 @@ pub struct ReplayRunJson {
     /// This host's clock against the server's (`--shard` or `--start-at` runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<ClockOffset>,
+    /// The check turns' finding about the field that pins chat output, when bench checked
+    /// (`output_cap_field = "auto"` against a server not known to honour
+    /// `max_completion_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_cap: Option<crate::server::OutputCapCheck>,
     /// How a merged run was made (`bench merge`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged: Option<Merged>,
@@ -94,6 +99,7 @@ impl Default for ReplayRunJson {
             config_digest: String::new(),
             shard: None,
             clock: None,
+            output_cap: None,
             merged: None,
         }
     }

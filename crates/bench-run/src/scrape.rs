@@ -121,6 +121,12 @@ impl Loop {
             Ok(r) if r.status.is_success() => {
                 bench_telemetry::parse(&String::from_utf8_lossy(&r.body)).map_err(|e| e.to_string())
             }
+            Ok(r) if r.status == http::StatusCode::NOT_FOUND => Err(
+                "the server has no /metrics (HTTP 404): the report shows the client's figures \
+                 only, without the server's (KV usage, queue, its prefix-cache counters); \
+                 --no-metrics says so up front"
+                    .to_owned(),
+            ),
             Ok(r) => Err(format!("GET /metrics answered HTTP {}", r.status.as_u16())),
             Err(e) => Err(format!("GET /metrics: {e}")),
         };

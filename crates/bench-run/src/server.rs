@@ -107,6 +107,165 @@ pub async fn detect(client: &Client, found: &Discovered) -> Detected {
     }
 }
 
+/// What the check turns before a run found about the field that pins a chat answer's length
+/// (`run.json`'s `output_cap`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct OutputCapCheck {
+    /// The field the run sends.
+    pub field: bench_runner::OutputCapField,
+    /// Whether a check turn showed that the server honours it.
+    pub honoured: bool,
+    /// What the check turns got, e.g. `asked 8 tokens with max_completion_tokens and got 97;
+    /// with max_tokens, 8`.
+    pub evidence: String,
+}
+
+impl OutputCapCheck {
+    /// The console's notice for it, when there is something to say.
+    pub fn notice(&self) -> Option<crate::Notice> {
+        use bench_runner::OutputCapField;
+        match (self.field, self.honoured) {
+            (OutputCapField::MaxTokens, true) => Some(crate::Notice::Warning(format!(
+                "bench run: the server ignores max_completion_tokens and honours max_tokens \
+                 ({}): the pinned output length is sent as max_tokens (run.json: output_cap)",
+                self.evidence
+            ))),
+            (_, true) => None,
+            (_, false) => Some(crate::Notice::Warning(format!(
+                "bench run: the output length may not be pinned ({}): the output_length check \
+                 will show how far the answers went",
+                self.evidence
+            ))),
+        }
+    }
+}
+
+/// Tokens a check turn asks for.
+const CHECK_TOKENS: u32 = 8;
+
+/// The most a check turn reads: a server honouring the cap sends a few KiB; one ignoring it
+/// is cut here, not read to the end of its window.
+const CHECK_BYTES: u64 = 64 << 10;
+
+/// How one check turn ended.
+enum Checked {
+    /// Within the cap: the tokens (by usage, else by chunks).
+    Honoured(u64),
+    /// Past the cap: the tokens, or none when the answer outgrew [`CHECK_BYTES`].
+    Overran(Option<u64>),
+}
+
+impl std::fmt::Display for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Checked::Honoured(n) | Checked::Overran(Some(n)) => write!(f, "{n}"),
+            Checked::Overran(None) => write!(f, "more than {} KiB of answer", CHECK_BYTES >> 10),
+        }
+    }
+}
+
+/// Which field pins a chat answer's length on this server: one check turn asking
+/// [`CHECK_TOKENS`] with `max_completion_tokens` (a prompt whose answer is long when
+/// unpinned), and when the server overran it, one with `max_tokens`. The run's body otherwise
+/// (model, `ignore_eos`, streaming, extra body) is the run's own. A check that fails keeps
+/// `max_completion_tokens` and says why.
+pub async fn check_output_cap(
+    mut ccfg: bench_transport::ClientConfig,
+    cfg: &bench_runner::RunConfig,
+) -> OutputCapCheck {
+    use bench_runner::OutputCapField;
+    ccfg.limits.max_response_bytes = ccfg.limits.max_response_bytes.min(CHECK_BYTES);
+    ccfg.limits.max_json_bytes = ccfg.limits.max_json_bytes.min(CHECK_BYTES as usize);
+    ccfg.timeout = ccfg.timeout.min(Duration::from_secs(120));
+    let failed = |e: String| OutputCapCheck {
+        field: OutputCapField::MaxCompletionTokens,
+        honoured: false,
+        evidence: format!("the check turn failed: {e}"),
+    };
+    let client = match Client::new(ccfg) {
+        Ok(c) => c,
+        Err(e) => return failed(e.to_string()),
+    };
+    let newer = match check_turn(&client, cfg, false).await {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    let asked = format!("asked {CHECK_TOKENS} tokens with max_completion_tokens and got {newer}");
+    if let Checked::Honoured(_) = newer {
+        return OutputCapCheck {
+            field: OutputCapField::MaxCompletionTokens,
+            honoured: true,
+            evidence: asked,
+        };
+    }
+    match check_turn(&client, cfg, true).await {
+        Ok(Checked::Honoured(n)) => OutputCapCheck {
+            field: OutputCapField::MaxTokens,
+            honoured: true,
+            evidence: format!("{asked}; with max_tokens, {n}"),
+        },
+        Ok(older) => OutputCapCheck {
+            field: OutputCapField::MaxCompletionTokens,
+            honoured: false,
+            evidence: format!("{asked}; with max_tokens, {older}: it honours neither"),
+        },
+        Err(e) => OutputCapCheck {
+            field: OutputCapField::MaxCompletionTokens,
+            honoured: false,
+            evidence: format!("{asked}; the check turn with max_tokens failed: {e}"),
+        },
+    }
+}
+
+/// One check turn, its cap in `max_tokens` when `legacy`.
+async fn check_turn(
+    client: &Client,
+    cfg: &bench_runner::RunConfig,
+    legacy: bool,
+) -> Result<Checked, String> {
+    use bench_transport::{ChatMessage, ChatRequest, Endpoint, RequestOptions, Role};
+    let mut req = ChatRequest::new(
+        cfg.model.clone(),
+        vec![ChatMessage::new(
+            Role::User,
+            "Count from 1 to 1000 in words, one number a line.",
+        )],
+    );
+    req.pin_output(CHECK_TOKENS, legacy);
+    if !cfg.request.ignore_eos {
+        req.ignore_eos = None;
+    }
+    if cfg.request.response == bench_runner::ResponseMode::Whole {
+        req.stream = false;
+        req.stream_options = None;
+    }
+    req.extra = cfg.request.extra_body.clone();
+    let body = req
+        .to_endpoint_body(Endpoint::Chat)
+        .map_err(|e| e.to_string())?;
+    let opts = RequestOptions {
+        endpoint: Endpoint::Chat,
+        ..RequestOptions::default()
+    };
+    let outcome = match client.chat_body(body, req.wants_stream(), &opts).await {
+        Ok(o) => o,
+        Err(e) if e.kind() == bench_transport::ErrorKind::ResponseTooLarge => {
+            return Ok(Checked::Overran(None));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let tokens = outcome
+        .usage
+        .as_ref()
+        .and_then(|u| u.completion_tokens)
+        .unwrap_or(u64::from(outcome.answer_chunks + outcome.reasoning_chunks));
+    Ok(if tokens > u64::from(CHECK_TOKENS) {
+        Checked::Overran(Some(tokens))
+    } else {
+        Checked::Honoured(tokens)
+    })
+}
+
 /// Empties the server's prefix cache; returns the endpoint. An error names the endpoint and
 /// what to do.
 pub async fn flush_cache(client: &Client, backend: Backend) -> Result<&'static str, RunError> {

@@ -17,12 +17,17 @@ pub enum ContentMode {
     Model,
 }
 
-/// Which request field carries the pinned output length.
+/// Which request field carries the pinned output length (chat completions; the other APIs
+/// have one field each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutputCapField {
-    /// `max_completion_tokens` (the current OpenAI name).
+    /// `max_completion_tokens`, unless a check turn before the run shows that the server
+    /// ignores it and honours `max_tokens` (bench-run checks servers it does not know to
+    /// honour it; the engine sends `max_completion_tokens`).
     #[default]
+    Auto,
+    /// `max_completion_tokens` (the current OpenAI name), unchecked.
     MaxCompletionTokens,
     /// `max_tokens` (older servers).
     MaxTokens,
@@ -32,7 +37,7 @@ impl OutputCapField {
     /// The JSON key.
     pub fn key(self) -> &'static str {
         match self {
-            OutputCapField::MaxCompletionTokens => "max_completion_tokens",
+            OutputCapField::Auto | OutputCapField::MaxCompletionTokens => "max_completion_tokens",
             OutputCapField::MaxTokens => "max_tokens",
         }
     }
@@ -291,13 +296,14 @@ pub struct RequestShape {
 }
 
 impl Default for RequestShape {
-    /// Output pinned with `max_completion_tokens` and `ignore_eos`, streamed, trace content,
-    /// cache busting, tool waits honoured (capped at 30 s), chat completions.
+    /// Output pinned with `max_completion_tokens` (checked: [`OutputCapField::Auto`]) and
+    /// `ignore_eos`, streamed, trace content, cache busting, tool waits honoured (capped at
+    /// 30 s), chat completions.
     fn default() -> Self {
         RequestShape {
             model: None,
             max_model_len: None,
-            output_cap_field: OutputCapField::MaxCompletionTokens,
+            output_cap_field: OutputCapField::Auto,
             ignore_eos: true,
             response: ResponseMode::Stream,
             content_mode: ContentMode::Trace,

@@ -119,6 +119,7 @@ pub(crate) fn parse(body: &[u8]) -> Result<GenRequest, Rejected> {
         prompt: render(r.system.as_ref(), &r.messages),
         model: r.model,
         max_out,
+        max_tokens_only: max_out,
         stream,
         include_usage: false,
         ignore_eos: r.ignore_eos.unwrap_or(false),

@@ -94,6 +94,14 @@ pub struct SimConfig {
     /// The request log also holds each answer's `text` and `reasoning`, as sent (for checking
     /// what a client accumulated against what the server generated). Default false.
     pub log_text: bool,
+    /// Serve `/metrics` (in [`SimConfig::flavor`]'s names). When false it answers 404, as a
+    /// server without Prometheus metrics does, and `/v1/models` carries no engine's mark:
+    /// a client sees an unknown OpenAI-compatible server. Default true.
+    pub metrics: bool,
+    /// Chat completions ignore `max_completion_tokens` and honour only `max_tokens` (a
+    /// request with neither, or with `max_completion_tokens` alone, answers
+    /// [`SimConfig::default_max_tokens`]), as llama-cpp-python's server does. Default false.
+    pub ignore_max_completion_tokens: bool,
     /// Request header whose value is copied into the request log as `session`.
     /// Default `"x-session-id"`.
     pub session_header: String,
@@ -133,6 +141,8 @@ impl Default for SimConfig {
             tokenizer: None,
             request_log: None,
             log_text: false,
+            metrics: true,
+            ignore_max_completion_tokens: false,
             session_header: "x-session-id".to_owned(),
             worker_id: None,
             hold: false,

@@ -112,9 +112,11 @@ pub(crate) fn parse_chat(body: &[u8]) -> Result<GenRequest, Rejected> {
         )));
     }
     let max_out = output_limit("max_tokens", r.max_out()).map_err(reject)?;
+    let max_tokens_only = output_limit("max_tokens", r.max_tokens).map_err(reject)?;
     Ok(GenRequest {
         prompt: render_prompt(&r.messages),
         max_out,
+        max_tokens_only,
         stream,
         include_usage: include_usage(r.stream_options.as_ref()),
         ignore_eos: r.ignore_eos.unwrap_or(false),
@@ -174,6 +176,7 @@ pub(crate) fn parse_completion(body: &[u8]) -> Result<GenRequest, Rejected> {
     Ok(GenRequest {
         prompt,
         max_out,
+        max_tokens_only: max_out,
         stream,
         include_usage: include_usage(r.stream_options.as_ref()),
         ignore_eos: r.ignore_eos.unwrap_or(false),

@@ -156,6 +156,7 @@ pub(crate) fn parse(
         model: r.model,
         prompt: text,
         max_out,
+        max_tokens_only: max_out,
         stream,
         include_usage: false,
         ignore_eos: r.ignore_eos.unwrap_or(false),

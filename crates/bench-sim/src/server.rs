@@ -457,6 +457,11 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<SimBody> {
             SimBody::full(shared.models_json.clone()),
         ),
         (&Method::GET, "/health") => respond(StatusCode::OK, "text/plain", SimBody::empty()),
+        (&Method::GET, "/metrics") if !shared.config.metrics => respond(
+            StatusCode::NOT_FOUND,
+            "application/json",
+            SimBody::full(r#"{"detail":"Not Found"}"#),
+        ),
         (&Method::GET, "/metrics") => {
             let mut text = {
                 let st = shared.lock();
@@ -808,9 +813,12 @@ async fn generate(
     };
     guard.usage.prompt_tokens = prompt_tokens;
     let room = cfg.max_model_len.saturating_sub(prompt_tokens);
-    let max_out = parsed
-        .max_out
-        .unwrap_or_else(|| cfg.default_max_tokens.min(room).max(1));
+    let limit = if cfg.ignore_max_completion_tokens {
+        parsed.max_tokens_only
+    } else {
+        parsed.max_out
+    };
+    let max_out = limit.unwrap_or_else(|| cfg.default_max_tokens.min(room).max(1));
     let requested = u64::from(prompt_tokens) + u64::from(max_out);
     if requested > u64::from(cfg.max_model_len) {
         let e = ApiError::bad_request(format!(

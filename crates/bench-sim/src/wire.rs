@@ -82,6 +82,12 @@ pub(crate) struct GenRequest {
     pub(crate) prompt: String,
     /// The output limit, at least 1 (none: `default_max_tokens`).
     pub(crate) max_out: Option<u32>,
+    /// Chat: the limit from `max_tokens` alone, for a server that ignores
+    /// `max_completion_tokens` ([`SimConfig::ignore_max_completion_tokens`]); other APIs: the
+    /// same as `max_out`.
+    ///
+    /// [`SimConfig::ignore_max_completion_tokens`]: crate::SimConfig::ignore_max_completion_tokens
+    pub(crate) max_tokens_only: Option<u32>,
     pub(crate) stream: bool,
     /// Chat and completions: `stream_options.include_usage`.
     pub(crate) include_usage: bool,

@@ -4,4 +4,5 @@
 mod grading;
 mod handle;
 mod journeys;
+mod output_cap;
 mod sweep;
