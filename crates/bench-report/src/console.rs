@@ -221,9 +221,9 @@ impl RunResult {
         ));
         match &m.osl_fidelity {
             Some(o) => line(format!(
-                "OSL fidelity   achieved {:.1} / recorded {:.1} = {} ({})",
+                "OSL fidelity   achieved {:.1} / pinned {:.1} = {} ({})",
                 o.achieved_mean,
-                o.recorded_mean,
+                o.pinned_mean,
                 num(o.ratio, 3),
                 if o.within_10pct {
                     "within ±10%"

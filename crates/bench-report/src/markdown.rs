@@ -166,7 +166,7 @@ impl RunResult {
         if let Some(o) = &m.osl_fidelity {
             fig(
                 &mut md,
-                "output length achieved / recorded",
+                "output length achieved / pinned",
                 "steady",
                 num(o.ratio, 3),
             );

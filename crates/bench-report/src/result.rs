@@ -214,7 +214,7 @@ pub struct Metrics {
     pub prefix_cache_possible_ratio: Option<f64>,
     /// Σ host-tier hits ÷ Σ cached tokens over turns that reported the split.
     pub prefix_cache_host_share: Option<f64>,
-    /// Achieved vs recorded output length.
+    /// Achieved vs pinned output length.
     pub osl_fidelity: Option<OslFidelity>,
     /// Mean over session plays of the share of their turns served by their most frequent worker.
     pub routing_stickiness: Option<f64>,
@@ -302,16 +302,21 @@ pub struct PerUserRate {
     pub mean: Option<f64>,
 }
 
-/// Output-length fidelity: achieved vs recorded output tokens over turns that have both.
+/// Output-length fidelity: achieved vs pinned output tokens (what each request asked for,
+/// `max_output_tokens`) over turns that have both.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct OslFidelity {
     /// Turns with both counts.
     pub turns: u64,
     /// Mean achieved `output_tokens`.
     pub achieved_mean: f64,
-    /// Mean `recorded_output_tokens`.
-    pub recorded_mean: f64,
-    /// `achieved_mean / recorded_mean` (`null` when the recorded mean is 0).
+    /// Mean pinned `max_output_tokens`. (A file of an older bench has none: read as 0.)
+    #[serde(default)]
+    pub pinned_mean: f64,
+    /// Mean `recorded_output_tokens` of those turns that have one (what the recording
+    /// produced; the pin differs from it under `--output-policy fixed|budget`).
+    pub recorded_mean: Option<f64>,
+    /// `achieved_mean / pinned_mean` (`null` when the pinned mean is 0).
     pub ratio: Option<f64>,
     /// `|ratio − 1| ≤ 0.1`.
     pub within_10pct: bool,
@@ -862,20 +867,33 @@ fn host_share(turns: &[&TurnRecord]) -> Option<f64> {
 }
 
 fn osl_fidelity(turns: &[&TurnRecord]) -> Option<OslFidelity> {
-    let pairs: Vec<(u64, u64)> = turns
+    let done: Vec<(&TurnRecord, u64)> = turns
         .iter()
-        .filter_map(|r| r.output_tokens.zip(r.recorded_output_tokens))
+        .filter(|r| r.max_output_tokens > 0)
+        .filter_map(|r| r.output_tokens.map(|o| (*r, o)))
         .collect();
-    if pairs.is_empty() {
+    if done.is_empty() {
         return None;
     }
-    let n = pairs.len() as f64;
-    let achieved_mean = pairs.iter().map(|p| p.0 as f64).sum::<f64>() / n;
-    let recorded_mean = pairs.iter().map(|p| p.1 as f64).sum::<f64>() / n;
-    let ratio = ratio(achieved_mean, recorded_mean);
+    let n = done.len() as f64;
+    let achieved_mean = done.iter().map(|p| p.1 as f64).sum::<f64>() / n;
+    let pinned_mean = done
+        .iter()
+        .map(|p| f64::from(p.0.max_output_tokens))
+        .sum::<f64>()
+        / n;
+    let recorded: Vec<f64> = done
+        .iter()
+        .filter_map(|p| p.0.recorded_output_tokens)
+        .map(|r| r as f64)
+        .collect();
+    let recorded_mean =
+        (!recorded.is_empty()).then(|| recorded.iter().sum::<f64>() / recorded.len() as f64);
+    let ratio = ratio(achieved_mean, pinned_mean);
     Some(OslFidelity {
-        turns: pairs.len() as u64,
+        turns: done.len() as u64,
         achieved_mean,
+        pinned_mean,
         recorded_mean,
         ratio,
         within_10pct: ratio.is_some_and(|r| (r - 1.0).abs() <= 0.1 + 1e-12),

@@ -346,7 +346,7 @@ impl Validity {
 
         // Did the server produce the pinned output length?
         let t = format!(
-            "|achieved ÷ recorded output length − 1|: warn > {:.0}%, fail > {:.0}%",
+            "|achieved ÷ pinned output length − 1|: warn > {:.0}%, fail > {:.0}%",
             OSL_WARN * 100.0,
             OSL_FAIL * 100.0
         );
@@ -355,7 +355,7 @@ impl Validity {
                 None => skipped(
                     "output_length",
                     t,
-                    "no turn has both a recorded and an achieved output length",
+                    "no turn has both a pinned and an achieved output length",
                 ),
                 Some(ratio) => {
                     let off = (ratio - 1.0).abs();
@@ -372,7 +372,7 @@ impl Validity {
                         Some(ratio),
                         t,
                         format!(
-                            "the server produced {:.0}% of the recorded output: decode time and \
+                            "the server produced {:.0}% of the pinned output: decode time and \
                              throughput scale with it (a server ignoring max_tokens/ignore_eos \
                              shows here)",
                             ratio * 100.0

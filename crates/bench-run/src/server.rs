@@ -145,14 +145,17 @@ const CHECK_TOKENS: u32 = 8;
 
 /// The most a check turn reads: a server honouring the cap sends a few KiB; one ignoring it
 /// is cut here, not read to the end of its window.
-const CHECK_BYTES: u64 = 64 << 10;
+const CHECK_BYTES: u64 = 32 << 10;
 
 /// How one check turn ended.
 enum Checked {
-    /// Within the cap: the tokens (by usage, else by chunks).
+    /// Stopped at the cap (`finish_reason` `length`, or exactly the cap): the tokens (by
+    /// usage, else by chunks).
     Honoured(u64),
     /// Past the cap: the tokens, or none when the answer outgrew [`CHECK_BYTES`].
     Overran(Option<u64>),
+    /// The model ended its answer before the cap: it tells nothing about the cap.
+    StoppedEarly(u64),
 }
 
 impl std::fmt::Display for Checked {
@@ -160,13 +163,16 @@ impl std::fmt::Display for Checked {
         match self {
             Checked::Honoured(n) | Checked::Overran(Some(n)) => write!(f, "{n}"),
             Checked::Overran(None) => write!(f, "more than {} KiB of answer", CHECK_BYTES >> 10),
+            Checked::StoppedEarly(n) => write!(f, "{n} (the model stopped on its own)"),
         }
     }
 }
 
 /// Which field pins a chat answer's length on this server: one check turn asking
 /// [`CHECK_TOKENS`] with `max_completion_tokens` (a prompt whose answer is long when
-/// unpinned), and when the server overran it, one with `max_tokens`. The run's body otherwise
+/// unpinned), and when the server overran it, one with `max_tokens`. A turn that ends at the
+/// cap (`finish_reason` `length`, or exactly the cap) honoured it; one the model ended earlier
+/// on its own (a server ignoring `ignore_eos`) proves nothing. The run's body otherwise
 /// (model, `ignore_eos`, streaming, extra body) is the run's own. A check that fails keeps
 /// `max_completion_tokens` and says why.
 pub async fn check_output_cap(
@@ -191,18 +197,34 @@ pub async fn check_output_cap(
         Err(e) => return failed(e),
     };
     let asked = format!("asked {CHECK_TOKENS} tokens with max_completion_tokens and got {newer}");
-    if let Checked::Honoured(_) = newer {
-        return OutputCapCheck {
-            field: OutputCapField::MaxCompletionTokens,
-            honoured: true,
-            evidence: asked,
-        };
+    match newer {
+        Checked::Honoured(_) => {
+            return OutputCapCheck {
+                field: OutputCapField::MaxCompletionTokens,
+                honoured: true,
+                evidence: asked,
+            };
+        }
+        Checked::StoppedEarly(_) => {
+            return OutputCapCheck {
+                field: OutputCapField::MaxCompletionTokens,
+                honoured: false,
+                evidence: format!("{asked}: the check cannot tell whether the cap is honoured"),
+            };
+        }
+        Checked::Overran(_) => {}
     }
     match check_turn(&client, cfg, true).await {
         Ok(Checked::Honoured(n)) => OutputCapCheck {
             field: OutputCapField::MaxTokens,
             honoured: true,
             evidence: format!("{asked}; with max_tokens, {n}"),
+        },
+        // It ignores the newer field for certain: the older one cannot do worse.
+        Ok(older @ Checked::StoppedEarly(_)) => OutputCapCheck {
+            field: OutputCapField::MaxTokens,
+            honoured: false,
+            evidence: format!("{asked}; with max_tokens, {older}: sent as max_tokens, unproven"),
         },
         Ok(older) => OutputCapCheck {
             field: OutputCapField::MaxCompletionTokens,
@@ -228,7 +250,7 @@ async fn check_turn(
         cfg.model.clone(),
         vec![ChatMessage::new(
             Role::User,
-            "Count from 1 to 1000 in words, one number a line.",
+            "Write a long essay about the history of the sea, at least 500 words.",
         )],
     );
     req.pin_output(CHECK_TOKENS, legacy);
@@ -259,10 +281,13 @@ async fn check_turn(
         .as_ref()
         .and_then(|u| u.completion_tokens)
         .unwrap_or(u64::from(outcome.answer_chunks + outcome.reasoning_chunks));
-    Ok(if tokens > u64::from(CHECK_TOKENS) {
+    let cap = u64::from(CHECK_TOKENS);
+    Ok(if tokens > cap {
         Checked::Overran(Some(tokens))
-    } else {
+    } else if tokens == cap || outcome.finish_reason.as_deref() == Some("length") {
         Checked::Honoured(tokens)
+    } else {
+        Checked::StoppedEarly(tokens)
     })
 }
 

@@ -263,18 +263,20 @@ fn replays_are_separate_users() {
 }
 
 #[test]
-fn osl_fidelity() {
-    let mk = |out: u64, rec: Option<u64>| {
+fn osl_fidelity_compares_the_answer_with_its_pin() {
+    // `pin` 0: a turn that asked for no length (not judged).
+    let mk = |out: u64, pin: u32, rec: Option<u64>| {
         let mut t = turn("s", 0, 0.0);
         t.output_tokens = Some(out);
+        t.max_output_tokens = pin;
         t.recorded_output_tokens = rec;
         t
     };
     let recs = [
-        mk(90, Some(100)),
-        mk(110, Some(100)),
-        mk(100, Some(100)),
-        mk(5000, None),
+        mk(90, 100, Some(100)),
+        mk(110, 100, None),
+        mk(100, 100, Some(300)),
+        mk(5000, 0, None),
     ];
     let o = compute(&recs, &[], &info10())
         .summary
@@ -283,26 +285,29 @@ fn osl_fidelity() {
         .unwrap();
     assert_eq!(o.turns, 3);
     close(o.achieved_mean, 100.0);
-    close(o.recorded_mean, 100.0);
+    close(o.pinned_mean, 100.0);
+    // The recording's own lengths are told, not judged (a fixed output policy pins another).
+    some_close(o.recorded_mean, 200.0);
     some_close(o.ratio, 1.0);
     assert!(o.within_10pct);
 
-    let o = compute(&[mk(80, Some(100))], &[], &info10())
+    let o = compute(&[mk(80, 100, Some(100))], &[], &info10())
         .summary
         .steady
         .osl_fidelity
         .unwrap();
     some_close(o.ratio, 0.8);
     assert!(!o.within_10pct);
-    let o = compute(&[mk(90, Some(100))], &[], &info10())
+    let o = compute(&[mk(90, 100, None)], &[], &info10())
         .summary
         .steady
         .osl_fidelity
         .unwrap();
     assert!(o.within_10pct, "exactly 10% is within");
+    assert_eq!(o.recorded_mean, None);
 
     assert_eq!(
-        compute(&[mk(80, None)], &[], &info10())
+        compute(&[mk(80, 0, Some(80))], &[], &info10())
             .summary
             .steady
             .osl_fidelity,

@@ -137,7 +137,7 @@ fn metrics_keys(m: &Value, block: &str) {
         );
     }
     let o = &m["osl_fidelity"];
-    for k in ["achieved_mean", "recorded_mean", "ratio"] {
+    for k in ["achieved_mean", "pinned_mean", "recorded_mean", "ratio"] {
         assert!(o[k].is_number(), "{block}.osl_fidelity.{k}");
     }
     assert!(o["within_10pct"].is_boolean());

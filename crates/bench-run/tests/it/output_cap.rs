@@ -14,20 +14,28 @@ use bench_sim::{LatencyMode, SimConfig, SimServer};
 use bench_workload::plan::{DatasetSpec, PlanConfig, SyntheticSpec};
 use bench_workload::tokenize::TokenizerSpec;
 
-/// An unknown OpenAI-compatible server: no `/metrics`, fast fixed latency; answers 256
+/// An unknown OpenAI-compatible server: no `/metrics`, fast fixed latency; answers 64
 /// tokens when it does not read the cap.
 async fn server(ignores_max_completion_tokens: bool, metrics: bool) -> SimServer {
     SimServer::start(SimConfig {
+        metrics,
+        ..quiet(ignores_max_completion_tokens)
+    })
+    .await
+    .unwrap()
+}
+
+fn quiet(ignores_max_completion_tokens: bool) -> SimConfig {
+    SimConfig {
         mode: LatencyMode::Fixed {
             ttft: Duration::from_millis(2),
             itl: Duration::from_micros(200),
         },
-        metrics,
+        metrics: false,
         ignore_max_completion_tokens: ignores_max_completion_tokens,
+        default_max_tokens: 64,
         ..SimConfig::default()
-    })
-    .await
-    .unwrap()
+    }
 }
 
 /// 4 sessions of 2 turns of 16 output tokens each, at C = 2, against `base_url`.
@@ -109,7 +117,7 @@ async fn a_server_ignoring_max_completion_tokens_is_pinned_through_max_tokens() 
         Some(OutputCapCheck {
             field: OutputCapField::MaxTokens,
             honoured: true,
-            evidence: "asked 8 tokens with max_completion_tokens and got 256; with max_tokens, 8"
+            evidence: "asked 8 tokens with max_completion_tokens and got 64; with max_tokens, 8"
                 .into(),
         })
     );
@@ -126,7 +134,23 @@ async fn a_server_ignoring_max_completion_tokens_is_pinned_through_max_tokens() 
         play(spec(sim.base_url(), OutputCapField::MaxCompletionTokens)).await;
     assert_eq!(doc.output_cap, None);
     assert!(cap_notices(&notices).is_empty(), "{notices:?}");
-    assert_eq!(outputs(&turns), vec![Some(256); 8]);
+    assert_eq!(outputs(&turns), vec![Some(64); 8]);
+    sim.shutdown().await;
+    // One that answers past the read cap (32 KiB) is cut there, not read to its end.
+    let sim = SimServer::start(SimConfig {
+        default_max_tokens: 4_000,
+        ..quiet(true)
+    })
+    .await
+    .unwrap();
+    let (doc, turns, _) = play(spec(sim.base_url(), OutputCapField::Auto)).await;
+    let check = doc.output_cap.unwrap();
+    assert_eq!(check.field, OutputCapField::MaxTokens);
+    assert!(
+        check.evidence.contains("got more than 32 KiB of answer"),
+        "{check:?}"
+    );
+    assert_eq!(outputs(&turns), vec![Some(16); 8]);
     sim.shutdown().await;
 }
 
