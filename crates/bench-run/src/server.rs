@@ -169,7 +169,7 @@ impl std::fmt::Display for Checked {
 }
 
 /// Which field pins a chat answer's length on this server: one check turn asking
-/// [`CHECK_TOKENS`] with `max_completion_tokens` (a prompt whose answer is long when
+/// 8 tokens with `max_completion_tokens` (a prompt whose answer is long when
 /// unpinned), and when the server overran it, one with `max_tokens`. A turn that ends at the
 /// cap (`finish_reason` `length`, or exactly the cap) honoured it; one the model ended earlier
 /// on its own (a server ignoring `ignore_eos`) proves nothing. The run's body otherwise
