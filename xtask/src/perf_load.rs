@@ -7,7 +7,8 @@
 //! `target/perf/` (never committed). CPU time and peak RSS of a client come from
 //! `/usr/bin/time` (the whole process tree); the simulator's CPU time from `/proc/<pid>/stat`.
 //! With `taskset` the simulator runs on CPU 0 and the client on CPU 1 (the timing-fidelity
-//! scenario shares both cores, as the issue asks). `bench run` runs in one of two
+//! scenario splits the machine's cores in two halves, [`fidelity_cpus`]: a real server never
+//! shares the client's cores). `bench run` runs in one of two
 //! configurations ([`Config`]): what a user runs (the defaults: qwen3 token counting, /metrics
 //! scrapes, progress lines on stderr) or stripped to the client's floor. Results:
 //! `target/perf/summary.json` and a markdown table on stdout; every scenario and target carries
@@ -45,6 +46,25 @@ fn can_pin() -> bool {
             .args(["-c", "1", "true"])
             .status()
             .is_ok_and(|s| s.success())
+}
+
+/// The cores of the timing-fidelity scenario: the simulator on the lower half of the machine's
+/// cores, the client on the upper half (CPU 0 and CPU 1 on two cores), as a real server and its
+/// client never share cores; `None` where the machine has one core or `taskset` cannot pin.
+fn fidelity_cpus() -> Option<(String, String)> {
+    let n = std::thread::available_parallelism().ok()?.get();
+    if n < 2 || !can_pin() {
+        return None;
+    }
+    let half = n / 2;
+    let range = |a: usize, b: usize| {
+        if a == b {
+            a.to_string()
+        } else {
+            format!("{a}-{b}")
+        }
+    };
+    Some((range(0, half - 1), range(half, n - 1)))
 }
 
 /// A command, optionally pinned to `cpu`.
@@ -1430,8 +1450,8 @@ impl TtftSplit {
     }
 }
 
-/// Timing fidelity: fixed 20 ms TTFT, C = 1,000 sessions in flight, client and simulator
-/// sharing both cores. Sessions wait between turns (tool waits, exponential with mean 1 s, so
+/// Timing fidelity: fixed 20 ms TTFT, C = 1,000 sessions in flight, the simulator and the
+/// client each on its own half of the machine's cores ([`fidelity_cpus`]). Sessions wait between turns (tool waits, exponential with mean 1 s, so
 /// they do not fire in lockstep), which keeps the offered load (~1,000 turns/s) within what two
 /// cores serve, and start over a 2 s ramp-up; five such runs, every one of which must keep
 /// TTFT − 20 ms p99 within 1 ms, then a run without waits that shows saturation.
@@ -1457,9 +1477,16 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report, split_ttft: bool) -> Result
             )
         })
         .collect();
-    // Then one without waits and without a ramp-up, which asks for far more than two cores
-    // serve.
+    // Then one without waits and without a ramp-up, which asks for far more than the
+    // simulator's cores serve.
     variants.push(("no tool waits, no ramp-up".into(), "zero", 20, "0.001s"));
+    let cpus = fidelity_cpus();
+    let sim_cpu = cpus.as_ref().map(|(s, _)| s.as_str());
+    let client_cpu = cpus.as_ref().map(|(_, c)| c.as_str());
+    let pinning = match &cpus {
+        Some((s, c)) => format!("simulator on CPU {s}, client on CPU {c}"),
+        None => "unpinned (one core, or taskset cannot pin)".to_owned(),
+    };
     for (label, gap, turns, ramp) in variants {
         // The simulator logs its own TTFT of every request, the client names its sessions: the
         // two TTFTs of each turn are joined after the run (`TtftSplit`).
@@ -1470,7 +1497,7 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report, split_ttft: bool) -> Result
         if split_ttft {
             sim_args.extend(["--request-log", log_arg.as_str()]);
         }
-        let sim = Sim::start(bench, &sim_args, None)?;
+        let sim = Sim::start(bench, &sim_args, sim_cpu)?;
         eprintln!("xtask perf fidelity: C=1000, {label}");
         let work = Synthetic {
             turns,
@@ -1486,14 +1513,22 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report, split_ttft: bool) -> Result
         let mut probe = Some(StallProbe::start());
         let mut seen = StallReport::default();
         let mut split = TtftSplit::default();
-        let ran = bench_run_then(bench, &sim, None, 1000, Config::Stripped, &work, |dir| {
-            if let Some(p) = probe.take() {
-                seen = StallReport::of(dir, &p.finish());
-            }
-            if split_ttft {
-                split = TtftSplit::of(dir, &log);
-            }
-        });
+        let ran = bench_run_then(
+            bench,
+            &sim,
+            client_cpu,
+            1000,
+            Config::Stripped,
+            &work,
+            |dir| {
+                if let Some(p) = probe.take() {
+                    seen = StallReport::of(dir, &p.finish());
+                }
+                if split_ttft {
+                    split = TtftSplit::of(dir, &log);
+                }
+            },
+        );
         let _ = std::fs::remove_file(&log);
         if let Some(p) = probe.take() {
             p.finish();
@@ -1550,7 +1585,7 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report, split_ttft: bool) -> Result
             p99s.push((over("p99"), run.turns_failed == 0));
         } else {
             rep.notes.push(format!(
-                "fidelity without tool waits or ramp-up (1,000 sessions back to back, asking for ~28,000 turns/s): {:.0} turns/s; TTFT − 20 ms p50 {:.2} ms, p99 {:.2} ms; dispatch lag p99 {:.1} ms: requests leave on time and wait in the saturated simulator, which shares the two cores with the client; the TTFT shows that wait",
+                "fidelity without tool waits or ramp-up (1,000 sessions back to back, asking for ~28,000 turns/s): {:.0} turns/s; TTFT − 20 ms p50 {:.2} ms, p99 {:.2} ms; dispatch lag p99 {:.1} ms: requests leave on time and wait in the saturated simulator; the TTFT shows that wait",
                 run.turns_per_s(),
                 over("p50").unwrap_or(f64::NAN),
                 over("p99").unwrap_or(f64::NAN),
@@ -1600,7 +1635,7 @@ fn fidelity_scenario(bench: &Path, rep: &mut Report, split_ttft: bool) -> Result
     }
     rep.scenario(json!({
         "scenario": if split_ttft { "fidelity-split" } else { "fidelity" },
-        "what": format!("bench sim --ttft-ms 20 --itl-ms 5, 4 output tokens, 1,000 sessions in flight (--ramp-up 2s; exponential tool waits, mean 1 s), no pinning; {FIDELITY_RUNS} runs, then one without waits or ramp-up"),
+        "what": format!("bench sim --ttft-ms 20 --itl-ms 5, 4 output tokens, 1,000 sessions in flight (--ramp-up 2s; exponential tool waits, mean 1 s), {pinning}; {FIDELITY_RUNS} runs, then one without waits or ramp-up"),
         "runs": rows,
         "ttft_minus_20ms_p99_spread": {
             "each": p99s.iter().map(|(p, _)| *p).collect::<Vec<_>>(),

@@ -820,7 +820,7 @@ async fn play_session<T: Transport>(
             c.est_prompt,
         );
         sent_record(&mut rec, failed, ph, c.est_prompt);
-        rec.prefix_shared_tokens = sh.prefixes.shared(&th.chain, own_pieces);
+        rec.prefix_shared_tokens = sh.prefixes.shared(&mut th.chain, own_pieces);
         // What the next request can reuse from this play: this prompt (and a generated answer
         // it sends back as it was generated).
         th.own_before = th.chain.len();

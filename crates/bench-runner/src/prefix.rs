@@ -56,11 +56,19 @@ pub(crate) struct Chain {
     /// Pieces shared with other plays, before this play's own.
     base: Option<Arc<Pieces>>,
     own: Pieces,
-    hasher: xxhash_rust::xxh3::Xxh3,
+    /// The open piece's bytes so far (`fill` of them), hashed whole once it is complete: a
+    /// one-shot xxh3 of 128 bytes, seeded with the previous piece's hash, costs less than a
+    /// streaming hasher's state (and its seeded secret) rebuilt for every piece.
+    buf: [u8; CHUNK],
+    /// The previous piece's hash ([`SEED`] before the first).
+    seed: u64,
     fill: usize,
     tokens_so_far: f64,
     /// Pieces already counted in the index for this play.
     counted: usize,
+    /// Leading pieces found sent by two plays at the last [`PrefixIndex::shared`]: counts only
+    /// grow, so the next search starts there (a later turn's usually ends at one lookup).
+    lead: usize,
 }
 
 /// Hashes and, beside each, the estimated tokens up to the end of its piece.
@@ -77,10 +85,12 @@ impl Default for Chain {
         Chain {
             base: None,
             own: Pieces::default(),
-            hasher: xxhash_rust::xxh3::Xxh3::with_seed(SEED),
+            buf: [0; CHUNK],
+            seed: SEED,
             fill: 0,
             tokens_so_far: 0.0,
             counted: 0,
+            lead: 0,
         }
     }
 }
@@ -98,15 +108,21 @@ impl Chain {
             let mut rest = part;
             while !rest.is_empty() {
                 let take = (CHUNK - self.fill).min(rest.len());
-                self.hasher.update(&rest[..take]);
-                self.fill += take;
                 self.tokens_so_far += take as f64 * per_byte;
+                let piece = if self.fill == 0 && take == CHUNK {
+                    // A whole piece in place: hashed without a copy.
+                    Some(&rest[..CHUNK])
+                } else {
+                    self.buf[self.fill..self.fill + take].copy_from_slice(&rest[..take]);
+                    self.fill += take;
+                    (self.fill == CHUNK).then_some(&self.buf[..])
+                };
                 rest = &rest[take..];
-                if self.fill == CHUNK {
-                    let h = self.hasher.digest();
+                if let Some(piece) = piece {
+                    let h = xxhash_rust::xxh3::xxh3_64_with_seed(piece, self.seed);
                     self.own.hashes.push(h);
                     self.own.tokens.push(self.tokens_so_far as f32);
-                    self.hasher = xxhash_rust::xxh3::Xxh3::with_seed(h);
+                    self.seed = h;
                     self.fill = 0;
                 }
             }
@@ -125,6 +141,7 @@ impl Chain {
             base: Some(Arc::new(all)),
             own: Pieces::default(),
             counted: 0,
+            lead: 0,
             ..self
         }
     }
@@ -136,6 +153,14 @@ impl Chain {
     /// Whole pieces so far.
     pub(crate) fn len(&self) -> usize {
         self.base().len() + self.own.hashes.len()
+    }
+
+    /// The hash of piece `i` (`i < len()`).
+    fn hash_at(&self, i: usize) -> u64 {
+        let base = self.base();
+        base.get(i)
+            .copied()
+            .unwrap_or_else(|| self.own.hashes[i - base.len()])
     }
 
     /// The hashes of pieces `from..`, shared ones first.
@@ -238,18 +263,33 @@ impl PrefixIndex {
     /// The estimated tokens of the longest prefix of `chain` that another play also sent, or
     /// that this play sent in an earlier request (its first `own` pieces). `None` once the
     /// index is full.
-    pub(crate) fn shared(&self, chain: &Chain, own: usize) -> Option<u64> {
+    pub(crate) fn shared(&self, chain: &mut Chain, own: usize) -> Option<u64> {
         if self.full.load(Ordering::Relaxed) {
             return None;
         }
-        // Counts only fall along a chain: the shared pieces, then this play's own.
-        let sent_twice = |h: &u64| self.shard(*h).get(h).is_some_and(|&c| c >= 2);
-        let base = chain.base();
-        let mut others = base.partition_point(sent_twice);
-        if others == base.len() {
-            others += chain.own.hashes.partition_point(sent_twice);
+        // Counts only fall along a chain and only grow over time: the pieces sent twice are a
+        // prefix, at least as long as at the last call. One lookup past it usually ends the
+        // search (content no other play sent); otherwise a binary search of the rest.
+        let sent_twice = |i: usize| {
+            let h = chain.hash_at(i);
+            self.shard(h).get(&h).is_some_and(|&c| c >= 2)
+        };
+        let all = chain.len();
+        let mut lo = chain.lead.min(all);
+        if lo < all && sent_twice(lo) {
+            let mut hi = all;
+            lo += 1;
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if sent_twice(mid) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
         }
-        Some(chain.tokens_at(others.max(own.min(chain.len()))))
+        chain.lead = lo;
+        Some(chain.tokens_at(lo.max(own.min(all))))
     }
 }
 
@@ -272,26 +312,26 @@ mod tests {
         a.push(&[&sys], 256);
         a.push(&[&text("question one ", 512)], 128);
         idx.sent(&mut a);
-        assert_eq!(idx.shared(&a, 0), Some(0));
+        assert_eq!(idx.shared(&mut a, 0), Some(0));
         // Play B starts with the same system prompt: shares it (to within a piece).
         let mut b = Chain::default();
         b.push(&[&sys], 256);
         b.push(&[&text("another question ", 512)], 128);
         idx.sent(&mut b);
-        let shared = idx.shared(&b, 0).unwrap();
+        let shared = idx.shared(&mut b, 0).unwrap();
         assert!((224..=256).contains(&shared), "{shared}");
         // A's second turn extends its first: shares all of it, though no other play sent it.
         let own = a.len();
         a.push(&[&text("answer ", 300)], 75);
         a.push(&[&text("question two ", 200)], 50);
         idx.sent(&mut a);
-        let shared = idx.shared(&a, own).unwrap();
+        let shared = idx.shared(&mut a, own).unwrap();
         assert!((352..=384).contains(&shared), "{shared}");
         // A different system prompt shares nothing.
         let mut c = Chain::default();
         c.push(&[&text("other prompt ", 1024)], 256);
         idx.sent(&mut c);
-        assert_eq!(idx.shared(&c, 0), Some(0));
+        assert_eq!(idx.shared(&mut c, 0), Some(0));
     }
 
     #[test]
@@ -304,7 +344,7 @@ mod tests {
         let mut b = Chain::default();
         b.push(&[&common, &text("tail b ", 256)], 224);
         idx.sent(&mut b);
-        let shared = idx.shared(&b, 0).unwrap();
+        let shared = idx.shared(&mut b, 0).unwrap();
         assert!((120..=160).contains(&shared), "{shared}");
     }
 
@@ -331,7 +371,11 @@ mod tests {
             shared.sent(&mut b);
             assert_eq!(a.len(), b.len());
             assert!(a.hashes_from(0).eq(b.hashes_from(0)));
-            assert_eq!(alone.shared(&a, 0), shared.shared(&b, 0), "play {play}");
+            assert_eq!(
+                alone.shared(&mut a, 0),
+                shared.shared(&mut b, 0),
+                "play {play}"
+            );
             // A second turn: own pieces after the shared ones.
             let own = b.len();
             for c in [&mut a, &mut b] {
@@ -339,13 +383,17 @@ mod tests {
             }
             alone.sent(&mut a);
             shared.sent(&mut b);
-            assert_eq!(alone.shared(&a, own), shared.shared(&b, own), "play {play}");
+            assert_eq!(
+                alone.shared(&mut a, own),
+                shared.shared(&mut b, own),
+                "play {play}"
+            );
         }
         // The third play shares the whole prompt with the first two.
         let mut c = template.clone();
         c.push(&[&text("last ", 300)], 75);
         shared.sent(&mut c);
-        let got = shared.shared(&c, 0).unwrap();
+        let got = shared.shared(&mut c, 0).unwrap();
         assert!((218..=250).contains(&got), "{got}");
         // Its new prefixes are all but the prompt's whole pieces ("system", the text, the end).
         let prompt_pieces = (6 + sys.len() + 1) / CHUNK;
@@ -356,12 +404,37 @@ mod tests {
     }
 
     #[test]
+    fn what_others_send_later_extends_a_play_s_shared_prefix() {
+        // The search starts where the last one ended: a prefix found shared stays shared, and
+        // one found unshared is looked at again when another play has sent it since.
+        let idx = PrefixIndex::default();
+        let sys = text("system prompt ", 512); // 4 pieces
+        let mut a = Chain::default();
+        a.push(&[&sys], 128);
+        a.push(&[&text("question ", 512)], 128);
+        idx.sent(&mut a);
+        assert_eq!(idx.shared(&mut a, 0), Some(0));
+        let mut b = Chain::default();
+        b.push(&[&sys], 128);
+        idx.sent(&mut b);
+        let got = idx.shared(&mut a, 0).unwrap();
+        assert!((96..=128).contains(&got), "{got}");
+        let mut c = Chain::default();
+        c.push(&[&sys], 128);
+        c.push(&[&text("question ", 512)], 128);
+        idx.sent(&mut c);
+        let got = idx.shared(&mut a, 0).unwrap();
+        assert!((224..=256).contains(&got), "{got}");
+        assert_eq!(idx.shared(&mut a, 0), Some(got));
+    }
+
+    #[test]
     fn a_full_index_gives_no_figure() {
         let idx = PrefixIndex::default();
         idx.full.store(true, Ordering::Relaxed);
         let mut a = Chain::default();
         a.push(&[&text("x", 1024)], 256);
         idx.sent(&mut a);
-        assert_eq!(idx.shared(&a, 0), None);
+        assert_eq!(idx.shared(&mut a, 0), None);
     }
 }

@@ -395,7 +395,7 @@ async fn play_branch<T: Transport>(ctx: &Ctx<'_, T>, b: usize) {
             sh, sess, ctx.replay, turn, &result, active, due, sent, end, est_prompt,
         );
         sent_record(&mut rec, failed, ctx.ph, est_prompt);
-        rec.prefix_shared_tokens = sh.prefixes.shared(&st.chain, own_pieces);
+        rec.prefix_shared_tokens = sh.prefixes.shared(&mut st.chain, own_pieces);
         rec.node = Some(node_info(released, in_flight));
         st.own_before = st.chain.len();
         let ok = rec.status == TurnStatus::Ok;
