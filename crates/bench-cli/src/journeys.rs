@@ -20,9 +20,6 @@ fn write_file(path: &Path, text: &str) -> Result<(), CliError> {
 pub async fn run_journeys(args: JourneysCmd, given: &[String]) -> Result<(), CliError> {
     let headers = bench_args::parse_headers(&args.headers)?;
     let spec = args.to_spec_given(given)?;
-    if args.print_spec {
-        return out(&bench_run::specfile::to_toml(&spec).map_err(run_error)?);
-    }
     // The file's own secrets ({{env.NAME}} values, literal secret headers) are never printed
     // either.
     let file_secrets = match &spec.file {
@@ -37,6 +34,10 @@ pub async fn run_journeys(args: JourneysCmd, given: &[String]) -> Result<(), Cli
         spec.base_url.as_deref(),
         &file_secrets,
     );
+    // After the secrets are known: a base URL's password is printed masked.
+    if args.print_spec {
+        return out(&bench_run::specfile::to_toml(&spec).map_err(run_error)?);
+    }
     let journeys = spec.select().map_err(run_error)?;
     if args.list {
         let mut text = bench_journeys::suite::listing(&journeys);

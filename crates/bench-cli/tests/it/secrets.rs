@@ -691,6 +691,20 @@ fn a_password_in_the_base_url_is_sent_and_never_shown() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     seen.output("bench probe", &o);
+    // Every command's --print-spec shows the URL with its password masked.
+    for (command, extra) in [("run", None), ("sweep", Some("-c1,2")), ("journeys", None)] {
+        let mut args = vec![command.into(), "--base-url".into(), with_pass.clone()];
+        args.extend(extra.map(String::from));
+        args.push("--print-spec".into());
+        let o = run_cmd(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let spec = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            spec.contains("alice:***@"),
+            "bench {command} --print-spec:\n{spec}"
+        );
+        seen.output(&format!("bench {command} --print-spec"), &o);
+    }
     for (what, text) in &seen.0 {
         assert!(
             !text.contains(URL_PASS),
