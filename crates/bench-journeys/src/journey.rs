@@ -83,9 +83,10 @@ impl From<bench_transport::Error> for Failure {
             (ErrorKind::Connect, _) => "connect".to_owned(),
             (k, _) => format!("other: {}", k.as_str()),
         };
+        // The reason names the kind: the detail is the error's own, not its kind again.
         Failure {
             reason,
-            detail: e.to_string(),
+            detail: e.detail().to_owned(),
         }
     }
 }
@@ -187,5 +188,24 @@ pub trait Journey: Send + Sync {
     /// Runs once after timing, always (after failures and cancellation too). Best effort.
     fn teardown<'a>(&'a self, _env: &'a Env, _ctx: Ctx) -> BoxFuture<'a, ()> {
         Box::pin(async {})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transport_error_names_its_kind_once() {
+        let e = bench_transport::Error::new(
+            ErrorKind::ResponseTooLarge,
+            "the JSON body passed --max-json-bytes 64",
+        );
+        assert_eq!(
+            Failure::from(e).to_string(),
+            "other: response_too_large: the JSON body passed --max-json-bytes 64"
+        );
+        let e = bench_transport::Error::new(ErrorKind::Timeout, "no answer in 5 s");
+        assert_eq!(Failure::from(e).to_string(), "timeout: no answer in 5 s");
     }
 }
