@@ -119,6 +119,42 @@ fn a_saturated_client_shows_in_its_lag_and_its_cpu() {
 }
 
 #[test]
+fn one_late_turn_of_a_short_run_does_not_decide_the_lag_check_but_a_late_tail_of_a_long_one_does() {
+    let check = |r: &RunResult| {
+        r.validity
+            .as_ref()
+            .unwrap()
+            .checks
+            .iter()
+            .find(|c| c.name == "dispatch_lag")
+            .cloned()
+            .unwrap()
+    };
+    // 60 turns (fewer than 100), one of them 30 ms late (a late wake on a busy machine): its
+    // p99 is that turn; the check is judged on the p90 and says so.
+    let mut short: Vec<TurnRecord> = clean_records().into_iter().take(60).collect();
+    short[30].due_s = short[30].sent_s - 0.03;
+    let r = run(&short, false);
+    let c = check(&r);
+    assert_eq!(c.status, CheckStatus::Pass, "{}", r.console());
+    assert_eq!(c.value, Some(0.0));
+    assert!(
+        c.explanation.contains("judged on the p90"),
+        "{}",
+        c.explanation
+    );
+    // 200 turns with 3 late ones (1.5%): the p99 is theirs, and it is judged.
+    let mut long = clean_records();
+    for i in [10, 90, 170] {
+        long[i].due_s = long[i].sent_s - 0.03;
+    }
+    let r = run(&long, false);
+    let c = check(&r);
+    assert_eq!(c.status, CheckStatus::Warn, "{}", r.console());
+    assert!(!c.explanation.contains("p90"), "{}", c.explanation);
+}
+
+#[test]
 fn a_slipped_schedule_is_caught_in_open_loop() {
     let mut recs = clean_records();
     for r in recs.iter_mut().filter(|r| r.turn_index == 0) {
