@@ -274,6 +274,12 @@ pub struct RunCmd {
     /// Service-level objectives for goodput, e.g. `ttft_ms=500,tpot_ms=50`.
     #[arg(long)]
     pub slo: Option<String>,
+    /// A session-level objective: the per-turn bounds every turn of a session must meet and
+    /// a bound on the session's end-to-end time, e.g. `ttft_ms=2000,tpot_ms=50,session_s=600`
+    /// (keys ttft_ms, tpot_ms, e2e_ms, session_s). result.json's sessions.session_slo gives the
+    /// share of session plays that met it; bench sweep --find-max then searches on it.
+    #[arg(long, value_name = "SPEC")]
+    pub session_slo: Option<String>,
     /// Exit 1 when more than this fraction of turns failed.
     #[arg(long, default_value_t = 0.0)]
     pub max_error_rate: f64,
@@ -562,6 +568,7 @@ pub const SPEC_KEYS: &[(&str, &[&str])] = &[
     ("steady_frac", &["/judge/steady_frac"]),
     ("max_error_rate", &["/judge/max_error_rate"]),
     ("slo", &["/judge/slo"]),
+    ("session_slo", &["/judge/session_slo"]),
     ("require_valid", &["/judge/require_valid"]),
     ("cache_block_size", &["/judge/cache_block_size"]),
     ("output", &["/exports/result_line"]),
@@ -856,6 +863,7 @@ impl RunCmd {
                 steady_frac: self.steady_frac,
                 max_error_rate: self.max_error_rate,
                 slo: self.slo.clone(),
+                session_slo: self.session_slo.clone(),
                 require_valid: self.require_valid,
                 cache_block_size: self.cache_block_size,
             },

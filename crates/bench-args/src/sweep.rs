@@ -30,12 +30,15 @@ pub struct SweepFlags {
     /// sweep.md and sweep.html go; must be new or empty (default: `sweeps/<UTC time>-<pid>`).
     #[arg(long, value_name = "DIR")]
     pub sweep_dir: Option<PathBuf>,
-    /// Instead of every level, search for the highest load whose goodput (share of turns
-    /// meeting --slo) reaches --goodput-target: run the lowest and the highest level given,
-    /// then bisect between them. Needs --slo.
+    /// Instead of every level, search for the highest load whose goodput reaches
+    /// --goodput-target: run the lowest and the highest level given, then bisect between them.
+    /// Goodput is the share of session plays meeting --session-slo when it is given (agents
+    /// at SLO), else the share of turns meeting --slo. A point where the client was the
+    /// bottleneck is never the answer.
     #[arg(long)]
     pub find_max: bool,
-    /// --find-max: the share of turns that must meet the SLO, 0–1 [default: 0.9].
+    /// --find-max: the share of turns (of sessions, with --session-slo) that must meet the
+    /// SLO, 0–1 [default: 0.9].
     #[arg(long, value_name = "SHARE")]
     pub goodput_target: Option<f64>,
     /// --find-max: the search stops when the highest level meeting the target and the lowest

@@ -102,6 +102,9 @@ impl RunResult {
                 num(p.tool_wait_s.p50, 2),
                 num(p.turns.p50, 0),
             ));
+            if let Some(s) = &p.session_slo {
+                line(s.text());
+            }
         }
         if let Some(g) = &self.graph {
             for l in g.text().lines() {

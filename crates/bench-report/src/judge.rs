@@ -14,6 +14,10 @@ pub struct Judge {
     pub max_error_rate: f64,
     /// Service-level objectives for goodput, e.g. `ttft_ms=500,tpot_ms=50`.
     pub slo: Option<String>,
+    /// The session-level objective for session goodput, e.g. `ttft_ms=2000,session_s=600`
+    /// ([`crate::SessionSlo`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_slo: Option<String>,
     /// Fail the run unless `result.json`'s validity verdict is `valid`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub require_valid: bool,
@@ -29,6 +33,7 @@ impl Default for Judge {
             steady_frac: crate::DEFAULT_STEADY_FRAC,
             max_error_rate: 0.0,
             slo: None,
+            session_slo: None,
             require_valid: false,
             cache_block_size: None,
         }
@@ -48,5 +53,10 @@ impl Judge {
     /// validation refuses that before a run starts).
     pub fn slo(&self) -> Option<crate::Slo> {
         self.slo.as_deref().and_then(|s| s.parse().ok())
+    }
+
+    /// [`Judge::session_slo`] parsed, as [`Judge::slo`].
+    pub fn session_slo(&self) -> Option<crate::SessionSlo> {
+        self.session_slo.as_deref().and_then(|s| s.parse().ok())
     }
 }

@@ -41,8 +41,8 @@ pub use result::{
     DEFAULT_STEADY_FRAC, Dist, KeyedP50, LagDist, Metrics, OslFidelity, PerUserRate,
     ReasoningSummary, RunInfo, RunResult, SteadyWindow, Summary, compute, input_band, min_active,
 };
-pub use sessions::SessionMetrics;
-pub use slo::{Slo, SloParseError};
+pub use sessions::{SessionMetrics, SessionSloMet};
+pub use slo::{SessionSlo, Slo, SloParseError};
 pub use validity::{Check, CheckStatus, ClientCpu, Validity, Verdict};
 
 /// Version of the `result.json` document ([`RunResult`]); bumped on any incompatible change.

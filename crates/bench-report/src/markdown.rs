@@ -212,6 +212,17 @@ impl RunResult {
                     pct(Some(g))
                 );
             }
+            if let Some(s) = &p.session_slo {
+                let _ = writeln!(
+                    md,
+                    "| sessions within the session SLO (`{}`) | {} of {} judged ({}; {} cut by the run's end) |",
+                    s.slo,
+                    s.met,
+                    s.judged,
+                    pct(s.share),
+                    s.cut
+                );
+            }
         }
         if let Some(g) = &self.graph {
             md.push('\n');

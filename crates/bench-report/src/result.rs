@@ -465,6 +465,7 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
     };
     let slo = info.judge.slo();
     let slo = slo.as_ref();
+    let session_slo = info.judge.session_slo();
 
     let mut summary = Summary {
         steady: Metrics::from_turns(&steady, steady_span, slo),
@@ -516,7 +517,12 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         overall: Metrics::from_turns(&ok, overall_span, slo),
         server: info.server.clone(),
         grades: Vec::new(),
-        sessions: crate::sessions::SessionMetrics::compute(records, sessions, slo),
+        sessions: crate::sessions::SessionMetrics::compute(
+            records,
+            sessions,
+            slo,
+            session_slo.as_ref(),
+        ),
         graph: crate::graph::breakdown(records, sessions),
         client: info.client,
         validity: None,

@@ -30,6 +30,9 @@ pub enum SloParseError {
     /// The key is not one of `ttft_ms`, `tpot_ms`, `e2e_ms`.
     #[error("unknown SLO key `{0}` (known: ttft_ms, tpot_ms, e2e_ms)")]
     UnknownKey(String),
+    /// A session SLO's key is not one of `ttft_ms`, `tpot_ms`, `e2e_ms`, `session_s`.
+    #[error("unknown session SLO key `{0}` (known: ttft_ms, tpot_ms, e2e_ms per turn; session_s)")]
+    UnknownSessionKey(String),
     /// The same key was given twice.
     #[error("SLO key `{0}` given twice")]
     Duplicate(String),
@@ -42,13 +45,25 @@ pub enum SloParseError {
         value: String,
     },
     /// The value is zero, negative or not finite.
-    #[error("SLO `{key}`: must be a positive number of milliseconds, got `{value}`")]
+    #[error(
+        "SLO `{key}`: must be a positive number of {}, got `{value}`",
+        unit_of(key)
+    )]
     NotPositive {
         /// The key.
         key: String,
         /// The value as written.
         value: String,
     },
+}
+
+/// The unit of an SLO key's value, by its suffix.
+fn unit_of(key: &str) -> &'static str {
+    if key.ends_with("_s") {
+        "seconds"
+    } else {
+        "milliseconds"
+    }
 }
 
 impl FromStr for Slo {
@@ -123,5 +138,69 @@ impl Slo {
         within(self.ttft_ms, turn.ttft_ms, false)
             && within(self.tpot_ms, turn.tpot_ms, true)
             && within(self.e2e_ms, turn.e2e_ms, false)
+    }
+}
+
+/// A session-level objective (`--session-slo ttft_ms=2000,tpot_ms=50,session_s=600`): a
+/// session play meets it when it completed, every turn was ok and met the per-turn bounds, and
+/// its end-to-end time (first send → last byte) is within `session_s`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionSlo {
+    /// The bounds every turn must meet (none given: every ok turn meets them).
+    pub turn: Slo,
+    /// Bound on the play's end-to-end time, s.
+    pub session_s: Option<f64>,
+}
+
+impl FromStr for SessionSlo {
+    type Err = SloParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut out = SessionSlo::default();
+        let mut turn_items = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item.split_once('=') {
+                Some((k, v)) if k.trim() == "session_s" => {
+                    if out.session_s.is_some() {
+                        return Err(SloParseError::Duplicate("session_s".into()));
+                    }
+                    let value = v.trim();
+                    let x: f64 = value.parse().map_err(|_| SloParseError::NotANumber {
+                        key: "session_s".into(),
+                        value: value.to_owned(),
+                    })?;
+                    if !(x.is_finite() && x > 0.0) {
+                        return Err(SloParseError::NotPositive {
+                            key: "session_s".into(),
+                            value: value.to_owned(),
+                        });
+                    }
+                    out.session_s = Some(x);
+                }
+                _ => turn_items.push(item),
+            }
+        }
+        if !turn_items.is_empty() {
+            out.turn = turn_items.join(",").parse().map_err(|e| match e {
+                SloParseError::UnknownKey(k) => SloParseError::UnknownSessionKey(k),
+                e => e,
+            })?;
+        } else if out.session_s.is_none() {
+            return Err(SloParseError::Empty);
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Display for SessionSlo {
+    /// The `--session-slo` form, e.g. `ttft_ms=2000,session_s=600`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let turn = self.turn.to_string();
+        f.write_str(&turn)?;
+        if let Some(s) = self.session_s {
+            let sep = if turn.is_empty() { "" } else { "," };
+            write!(f, "{sep}session_s={s}")?;
+        }
+        Ok(())
     }
 }

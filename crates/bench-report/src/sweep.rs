@@ -47,6 +47,10 @@ pub struct SweepPoint {
     pub ttft_p99_ms: Option<f64>,
     /// Share of turns that met the SLO (`None` without `--slo`).
     pub goodput: Option<f64>,
+    /// Share of the judged session plays that met the session SLO (`None` without
+    /// `--session-slo`; `sessions.session_slo.share` in the point's `result.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_goodput: Option<f64>,
     /// The point's validity verdict.
     pub verdict: Verdict,
     /// The client was the bottleneck at this point (its client-saturation check failed or
@@ -83,14 +87,33 @@ pub enum SweepStop {
 /// The result of `--find-max`: the highest level whose goodput met the target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FindMax {
-    /// The goodput target (share of turns meeting the SLO), 0–1.
+    /// The goodput target (share of turns, or of sessions, meeting the SLO), 0–1.
     pub target: f64,
+    /// What the target is a share of: turns meeting `--slo` or session plays meeting
+    /// `--session-slo`.
+    #[serde(default)]
+    pub of: GoodputOf,
     /// The highest level that met it (`None` when even the lowest did not).
     pub best: Option<f64>,
     /// The lowest level tried that did not meet it (`None` when the highest bound met it).
     pub first_failing: Option<f64>,
     /// The search's resolution: it stops when the bracket is at most this wide.
     pub step: f64,
+    /// Levels that met the target while the client was the bottleneck: not an answer (the
+    /// server may hold more than the client could offer), counted as missing it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_bound: Vec<f64>,
+}
+
+/// What a `--find-max` target is a share of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GoodputOf {
+    /// Measured turns meeting `--slo` (steady window).
+    #[default]
+    Turns,
+    /// Judged session plays meeting `--session-slo`.
+    Sessions,
 }
 
 /// A sweep's `sweep.json`.
@@ -184,11 +207,12 @@ pub fn stop_text(summary: &SweepSummary) -> String {
 
 /// The `--find-max` result in words: `highest load meeting goodput ≥ 90%: 12 (13 did not)`.
 pub fn find_max_text(f: &FindMax) -> String {
-    let target = format!(
-        "goodput ≥ {}%",
-        fmt_level((f.target * 100.0 * 1e6).round() / 1e6)
-    );
-    match (f.best, f.first_failing) {
+    let pct = fmt_level((f.target * 100.0 * 1e6).round() / 1e6);
+    let target = match f.of {
+        GoodputOf::Turns => format!("goodput ≥ {pct}%"),
+        GoodputOf::Sessions => format!("≥ {pct}% of sessions within the session SLO"),
+    };
+    let mut text = match (f.best, f.first_failing) {
         (Some(b), Some(x)) => format!(
             "highest load meeting {target}: {} ({} did not)",
             fmt_level(b),
@@ -203,7 +227,15 @@ pub fn find_max_text(f: &FindMax) -> String {
             fmt_level(x)
         ),
         (None, None) => format!("no load met {target}: no level was measured"),
+    };
+    if !f.client_bound.is_empty() {
+        let levels: Vec<String> = f.client_bound.iter().map(|l| fmt_level(*l)).collect();
+        text.push_str(&format!(
+            "; at {} the client was the bottleneck, so the server's own limit may be higher",
+            levels.join(", ")
+        ));
     }
+    text
 }
 
 /// The summary as a markdown table (`sweep.md`): one row per point, then how the sweep ended.
@@ -232,6 +264,18 @@ pub fn markdown(s: &SweepSummary) -> String {
             if p.client_bound { "yes" } else { "" },
             p.failed_checks.join(", "),
         );
+    }
+    if s.points.iter().any(|p| p.session_goodput.is_some()) {
+        out.push_str("\nSessions within the session SLO (share of judged session plays):\n\n");
+        for p in &s.points {
+            let _ = writeln!(
+                out,
+                "- {}: {}",
+                fmt_level(p.level),
+                p.session_goodput
+                    .map_or_else(|| "—".to_owned(), |g| format!("{:.1}%", g * 100.0))
+            );
+        }
     }
     let _ = writeln!(out, "\n{}", stop_text(s));
     if let Some(f) = &s.find_max {
@@ -263,6 +307,9 @@ pub fn table_row(p: &SweepPoint) -> String {
     );
     if !p.failed_checks.is_empty() {
         line.push_str(&format!(" ({})", p.failed_checks.join(", ")));
+    }
+    if let Some(g) = p.session_goodput {
+        line.push_str(&format!("  sessions in SLO {:.1}%", g * 100.0));
     }
     if p.turns_failed > 0 {
         line.push_str(&format!(

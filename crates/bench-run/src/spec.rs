@@ -393,6 +393,10 @@ impl RunSpec {
             s.parse::<bench_report::Slo>()
                 .map_err(|e| invalid(format!("slo: {e}")))?;
         }
+        if let Some(s) = &j.session_slo {
+            s.parse::<bench_report::SessionSlo>()
+                .map_err(|e| invalid(format!("session_slo (--session-slo): {e}")))?;
+        }
         match self.load {
             Load::Closed { concurrency: 0, .. } => {
                 return Err(invalid("concurrency must be at least 1"));

@@ -162,6 +162,89 @@ fn find_max_finds_the_known_capacity_of_a_fixed_capacity_simulator_within_one_st
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
+/// Agents at SLO (#33): `--find-max --session-slo` against a simulator with 4 sequence slots
+/// finds the highest concurrency at which 90% of sessions met every turn's TTFT bound and the
+/// session budget, within one step of what running every load by hand finds.
+#[test]
+fn agents_at_slo_match_running_every_load_by_hand_within_one_step() {
+    let _serial = serial();
+    let tmp_dir = tempdir("sweep-agents-at-slo");
+    let slo = "ttft_ms=100,session_s=10";
+    // By hand: one run per concurrency, each point's share of sessions within the SLO.
+    let mut by_hand = Vec::new();
+    for c in 1..=7u32 {
+        let dir = tmp_dir.join(format!("hand/c{c}"));
+        let mut args = sweep_args(&dir, 64, &["--session-slo", slo, "--sim-max-num-seqs", "4"]);
+        args[0] = "run".into();
+        let at = args.iter().position(|a| a == "--sweep-dir").unwrap();
+        args[at] = "--run-dir".into();
+        args.extend(["-c".to_owned(), c.to_string()]);
+        let out = run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("result.json")).unwrap()).unwrap();
+        let s = &r["sessions"]["session_slo"];
+        assert_eq!(s["slo"], slo, "{s}");
+        assert!(s["judged"].as_u64().unwrap() >= 2, "c={c}: {s}");
+        by_hand.push((c, s["share"].as_f64().unwrap()));
+    }
+    // The highest load whose share (and every lower load's) is at least 90%.
+    let hand_best = by_hand
+        .iter()
+        .take_while(|(_, share)| *share >= 0.9)
+        .last()
+        .map(|(c, _)| f64::from(*c))
+        .expect("one session at a time meets the SLO");
+    assert!(hand_best < 7.0, "the SLO never failed: {by_hand:?}");
+
+    let dir = tmp_dir.join("sweep");
+    let out = run(&sweep_args(
+        &dir,
+        64,
+        &[
+            "-c",
+            "1,7",
+            "--find-max",
+            "--session-slo",
+            slo,
+            "--sim-max-num-seqs",
+            "4",
+        ],
+    ));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = summary(&dir);
+    let f = &s["find_max"];
+    assert_eq!(f["of"], "sessions", "{f}");
+    let best = f["best"].as_f64().unwrap();
+    assert!(
+        (best - hand_best).abs() <= 1.0,
+        "find-max {best}, by hand {hand_best}: {by_hand:?}\n{stdout}"
+    );
+    let line = format!(
+        "highest load meeting ≥ 90% of sessions within the session SLO: {best} ({} did not)",
+        f["first_failing"].as_f64().unwrap()
+    );
+    assert!(stdout.contains(&line), "{stdout}");
+    // Each point carries its session share and its verdict.
+    for p in s["points"].as_array().unwrap() {
+        assert!(p["session_goodput"].as_f64().is_some(), "{p}");
+        assert!(p["verdict"].is_string(), "{p}");
+    }
+    eprintln!("by hand {by_hand:?}; find-max {f}");
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
 #[test]
 fn a_rate_sweep_runs_open_loop_points_and_prints_its_summary_as_json() {
     let tmp_dir = tempdir("sweep-rates");
@@ -384,7 +467,7 @@ fn bad_sweeps_are_refused_in_one_line_before_any_run() {
                 "--goodput-target",
                 "90",
             ],
-            "--goodput-target is a share of turns within 0–1 (0.9 for 90%), not 90",
+            "--goodput-target is a share within 0–1 (0.9 for 90%), not 90",
         ),
         (
             vec![

@@ -589,7 +589,8 @@ async fn refused_head(addr: std::net::SocketAddr, framing: &str) -> String {
 /// A sweep runs through the same API: a run spec with a `sweep` table plays one point per
 /// level into the run's directory, streams `sweep.point` events, ends with the sweep's
 /// summary (every point's verdict, the gate), serves `sweep.json` as its result and is
-/// listed as a sweep after a restart. A cancel starts no further point.
+/// listed as a sweep after a restart. A cancel starts no further point. The first is an
+/// agents-at-SLO search (a session SLO every session meets: both bounds run, 2 is the answer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_runs_through_the_api() {
     let tmp = runs_dir("sweep");
@@ -597,7 +598,8 @@ async fn a_sweep_runs_through_the_api() {
     let serve = Serve::with_dir(dir).await;
     let spec = SHORT.replacen(
         '{',
-        r#"{"sweep": {"axis": "concurrency", "levels": [1, 2]},"#,
+        r#"{"sweep": {"axis": "concurrency", "levels": [1, 2], "find_max": {}},
+            "judge": {"session_slo": "ttft_ms=5000,session_s=600"},"#,
         1,
     );
     let id = serve.start_run(&spec).await;
@@ -615,6 +617,15 @@ async fn a_sweep_runs_through_the_api() {
         .collect();
     assert_eq!(levels, [1.0, 2.0], "{v}");
     assert_eq!(summary["sweep"]["stop"]["by"], "completed", "{v}");
+    let f = &summary["sweep"]["find_max"];
+    assert_eq!(
+        (f["of"].as_str(), f["best"].as_f64()),
+        (Some("sessions"), Some(2.0)),
+        "{f}"
+    );
+    for p in points {
+        assert_eq!(p["session_goodput"], 1.0, "{p}");
+    }
     for p in points {
         let run = dir.join(&id).join(p["run_dir"].as_str().unwrap());
         let r: RunResult =

@@ -412,7 +412,11 @@ fn sessions(out: &mut String, r: &RunResult, data: &ReportData) {
                 pct(g)
             ),
             _ => String::new(),
-        }
+        } + &m
+            .session_slo
+            .as_ref()
+            .map(|s| format!(" {}.", esc(s.text().trim())))
+            .unwrap_or_default()
     );
     out.push_str(
         "<table class=\"session-metrics\">\n<thead><tr><th>per play</th><th>p50</th><th>p90</th>\

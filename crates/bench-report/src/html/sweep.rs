@@ -94,6 +94,12 @@ fn points_table(out: &mut String, s: &SweepSummary) {
         if p.client_bound {
             flags.push(format!("<span class=\"flag\">{CLIENT_BOUND}</span>"));
         }
+        if let Some(g) = p.session_goodput {
+            flags.push(format!(
+                "sessions within the session SLO: {:.1}%",
+                g * 100.0
+            ));
+        }
         if !p.failed_checks.is_empty() {
             flags.push(format!(
                 "checks not passed: {}",

@@ -478,6 +478,7 @@ fn point(level: f64, tps: f64, per_user: f64, client_bound: bool) -> SweepPoint 
         ttft_p50_ms: Some(50.0 * level),
         ttft_p99_ms: Some(90.0 * level),
         goodput: Some(0.99),
+        session_goodput: None,
         verdict: if client_bound {
             Verdict::Invalid
         } else {
@@ -513,6 +514,8 @@ fn sweep() -> SweepSummary {
             best: Some(8.0),
             first_failing: Some(16.0),
             step: 1.0,
+            of: bench_report::sweep::GoodputOf::Turns,
+            client_bound: Vec::new(),
         }),
         config: serde_json::json!({"base_url": "https://example.invalid/v1"}),
     }

@@ -60,7 +60,10 @@ fn rich() -> RunResult {
     let info = RunInfo {
         concurrency: 4,
         duration_s: 40.0,
-        judge: bench_report::Judge::with_slo(Some("ttft_ms=105,tpot_ms=200".parse().unwrap())),
+        judge: bench_report::Judge {
+            session_slo: Some("ttft_ms=200,session_s=60".into()),
+            ..bench_report::Judge::with_slo(Some("ttft_ms=105,tpot_ms=200".parse().unwrap()))
+        },
         config: serde_json::json!({"concurrency": 4, "model": "m"}),
         ..RunInfo::default()
     };
@@ -204,6 +207,12 @@ fn every_stable_key_is_present_with_its_type() {
         assert!(p[k].is_number(), "sessions.{k}: {}", p[k]);
     }
     assert!(p["slo_met"].is_u64());
+    let so = &p["session_slo"];
+    assert_eq!(so["slo"], "ttft_ms=200,session_s=60");
+    for k in ["judged", "met", "cut"] {
+        assert!(so[k].is_u64(), "sessions.session_slo.{k}: {so}");
+    }
+    assert!(so["share"].is_number(), "{so}");
     for k in [
         "e2e_s",
         "model_s",

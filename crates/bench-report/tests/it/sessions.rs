@@ -72,6 +72,90 @@ fn plays_roll_up_e2e_model_time_tool_waits_tokens_and_session_goodput() {
 }
 
 #[test]
+fn the_session_slo_judges_whole_plays_and_leaves_out_plays_the_run_cut() {
+    // Each turn 1 s long, TTFT 100 ms. Plays:
+    //   a: completed, turns at 0, 2, 4 s → e2e 5 s: met.
+    //   b: completed, e2e 0 → 9 s: over the 6 s session budget.
+    //   c: completed, one turn with a 900 ms first token: over the per-turn TTFT bound.
+    //   d: failed (its second turn failed): missed.
+    //   e: truncated by the run's end after 1 s, nothing missed yet: cut, not judged.
+    //   f: truncated, but already 7 s long: judged, missed.
+    //   g: no session record (the run was cut), nothing missed: cut.
+    let mut slow = turn("c", 1, 2.0);
+    slow.ttft_ms = Some(900.0);
+    let records = vec![
+        turn("a", 0, 0.0),
+        turn("a", 1, 2.0),
+        turn("a", 2, 4.0),
+        turn("b", 0, 0.0),
+        turn("b", 1, 8.0),
+        turn("c", 0, 0.0),
+        slow,
+        turn("d", 0, 0.0),
+        failed("d", 1, 2.0, Some("http_status")),
+        turn("e", 0, 0.0),
+        turn("f", 0, 0.0),
+        turn("f", 1, 6.0),
+        turn("g", 0, 0.0),
+    ];
+    let sessions = vec![
+        session("a", SessionStatus::Completed),
+        session("b", SessionStatus::Completed),
+        session("c", SessionStatus::Completed),
+        session("d", SessionStatus::Failed),
+        session("e", SessionStatus::Truncated),
+        session("f", SessionStatus::Truncated),
+    ];
+    let judge = bench_report::Judge {
+        session_slo: Some("ttft_ms=500, session_s=6".into()),
+        ..bench_report::Judge::default()
+    };
+    let info = RunInfo {
+        concurrency: 7,
+        judge,
+        ..RunInfo::default()
+    };
+    let r = compute(&records, &sessions, &info);
+    let s = r
+        .sessions
+        .clone()
+        .unwrap()
+        .session_slo
+        .expect("a session SLO block");
+    assert_eq!(s.slo, "ttft_ms=500,session_s=6");
+    assert_eq!((s.judged, s.met, s.cut), (5, 1, 2));
+    some_close(s.share, 0.2);
+    assert!(
+        r.console().contains(
+            "sessions within the session SLO (ttft_ms=500,session_s=6): 1 of 5 judged (20.0%), \
+             2 cut by the run's end"
+        ),
+        "{}",
+        r.console()
+    );
+    let j = serde_json::to_value(&r).unwrap();
+    assert_eq!(j["sessions"]["session_slo"]["met"], 1);
+    // Without the session budget, b meets it too.
+    let info = RunInfo {
+        judge: bench_report::Judge {
+            session_slo: Some("ttft_ms=500".into()),
+            ..bench_report::Judge::default()
+        },
+        ..info
+    };
+    let s = compute(&records, &sessions, &info)
+        .sessions
+        .unwrap()
+        .session_slo
+        .unwrap();
+    // f's 7 s no longer counts against it: cut, like e and g.
+    assert_eq!((s.judged, s.met, s.cut), (4, 2, 3));
+    // Without a session SLO there is no block.
+    let r = compute(&records, &sessions, &RunInfo::default());
+    assert!(r.sessions.unwrap().session_slo.is_none());
+}
+
+#[test]
 fn no_measured_turn_no_sessions_block() {
     let mut warm = turn("w", 0, 0.0);
     warm.warmup = true;

@@ -61,3 +61,32 @@ fn rejects_with_clear_errors() {
     );
     assert!(err("tpot_ms=-1").to_string().contains("positive"));
 }
+
+#[test]
+fn session_slos_parse_and_refuse_bad_keys() {
+    use bench_report::SessionSlo;
+    let s: SessionSlo = "ttft_ms=2000, tpot_ms=50, session_s=600".parse().unwrap();
+    assert_eq!(s.turn.ttft_ms, Some(2000.0));
+    assert_eq!(s.turn.tpot_ms, Some(50.0));
+    assert_eq!(s.session_s, Some(600.0));
+    assert_eq!(s.to_string(), "ttft_ms=2000,tpot_ms=50,session_s=600");
+    let only: SessionSlo = "session_s=90".parse().unwrap();
+    assert_eq!(
+        (only.turn, only.to_string()),
+        (Slo::default(), "session_s=90".into())
+    );
+    let err = |t: &str| t.parse::<SessionSlo>().unwrap_err().to_string();
+    assert_eq!(
+        err("ttft_ms=1,session=5"),
+        "unknown session SLO key `session` (known: ttft_ms, tpot_ms, e2e_ms per turn; session_s)"
+    );
+    assert_eq!(
+        err("session_s=0"),
+        "SLO `session_s`: must be a positive number of seconds, got `0`"
+    );
+    assert_eq!(
+        err("session_s=1,session_s=2"),
+        "SLO key `session_s` given twice"
+    );
+    assert!(err("").starts_with("empty SLO"));
+}

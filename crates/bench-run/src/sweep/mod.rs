@@ -53,7 +53,7 @@ use std::sync::{Mutex, PoisonError};
 use bench_report::sweep::{
     FindMax, SweepAxis, SweepPoint, SweepStop, SweepSummary, fmt_level, saturation,
 };
-pub use bench_report::sweep::{find_max_text, fmt_opt, markdown, stop_text};
+pub use bench_report::sweep::{GoodputOf, find_max_text, fmt_opt, markdown, stop_text};
 use bench_report::{CheckStatus, Metrics, RunResult, Verdict};
 use bench_rundir::StopBy;
 
@@ -209,8 +209,12 @@ pub enum Search {
     Walk,
     /// Bisect for the highest level whose goodput meets `target` ([`Bisection`]).
     FindMax {
-        /// Share of turns that must meet the SLO, 0–1 ([`DEFAULT_GOODPUT_TARGET`]).
+        /// Share of turns (or session plays) that must meet the SLO, 0–1
+        /// ([`DEFAULT_GOODPUT_TARGET`]).
         target: f64,
+        /// Whether `target` is a share of turns meeting `judge.slo` or of session plays
+        /// meeting `judge.session_slo`.
+        of: GoodputOf,
         /// The search's resolution [default: 1 for concurrency, the smallest gap between the
         /// given rates]; concurrency steps are whole numbers.
         step: Option<f64>,
@@ -233,10 +237,13 @@ impl Sweep {
     /// within 0–1 and a positive step (a whole number for concurrency).
     pub fn new(levels: Levels, search: Search) -> Result<Sweep, RunError> {
         let mut step = None;
-        if let Search::FindMax { target, step: s } = &search {
+        if let Search::FindMax {
+            target, step: s, ..
+        } = &search
+        {
             if !(0.0..=1.0).contains(target) {
                 return Err(invalid(format!(
-                    "--goodput-target is a share of turns within 0–1 (0.9 for 90%), not {target}"
+                    "--goodput-target is a share within 0–1 (0.9 for 90%), not {target}"
                 )));
             }
             if levels.values.len() < 2 {
@@ -315,12 +322,15 @@ impl Sweep {
     /// The bisection of a `FindMax` sweep (`None` for a walk).
     pub fn bisection(&self) -> Option<Bisection> {
         match (&self.search, self.step) {
-            (Search::FindMax { target, .. }, Some(step)) => Some(Bisection::new(
-                self.levels.values[0],
-                *self.levels.values.last().unwrap_or(&self.levels.values[0]),
-                step,
-                *target,
-            )),
+            (Search::FindMax { target, of, .. }, Some(step)) => Some(
+                Bisection::new(
+                    self.levels.values[0],
+                    *self.levels.values.last().unwrap_or(&self.levels.values[0]),
+                    step,
+                    *target,
+                )
+                .of(*of),
+            ),
             _ => None,
         }
     }
@@ -356,6 +366,10 @@ pub struct Bisection {
     pass: Option<u64>,
     /// The lowest index that did not.
     fail: Option<u64>,
+    /// What the target is a share of.
+    of: GoodputOf,
+    /// Levels run with the client as the bottleneck.
+    client_bound: Vec<f64>,
 }
 
 impl Bisection {
@@ -378,6 +392,30 @@ impl Bisection {
             n,
             pass: None,
             fail: None,
+            of: GoodputOf::Turns,
+            client_bound: Vec::new(),
+        }
+    }
+
+    /// The same search with its target a share of `of` (turns by default).
+    pub fn of(mut self, of: GoodputOf) -> Bisection {
+        self.of = of;
+        self
+    }
+
+    /// Records a point: its turn or session goodput as the search's target says, a point where
+    /// the client was the bottleneck counted as missing the target (it cannot be the answer:
+    /// the server may hold more than the client offered) and noted.
+    pub fn record_point(&mut self, p: &SweepPoint) {
+        let goodput = match self.of {
+            GoodputOf::Turns => p.goodput,
+            GoodputOf::Sessions => p.session_goodput,
+        };
+        if p.client_bound {
+            self.client_bound.push(p.level);
+            self.record(p.level, None);
+        } else {
+            self.record(p.level, goodput);
         }
     }
 
@@ -425,11 +463,15 @@ impl Bisection {
 
     /// Where the search stands (its end once [`Bisection::next`] says `None`).
     pub fn result(&self) -> FindMax {
+        let mut client_bound = self.client_bound.clone();
+        client_bound.sort_by(f64::total_cmp);
         FindMax {
             target: self.target,
+            of: self.of,
             best: self.pass.map(|k| self.level(k)),
             first_failing: self.fail.map(|k| self.level(k)),
             step: self.step,
+            client_bound,
         }
     }
 }
@@ -537,6 +579,11 @@ pub fn point_from_result(
         ttft_p50_ms: m.ttft_ms.p50,
         ttft_p99_ms: m.ttft_ms.p99,
         goodput: m.slo_attainment.map(|a| a * ok_share),
+        session_goodput: result
+            .sessions
+            .as_ref()
+            .and_then(|s| s.session_slo.as_ref())
+            .and_then(|s| s.share),
         verdict,
         client_bound,
         failed_checks,
@@ -677,11 +724,12 @@ where
         let end = run_point(level, sweep.dir_name(level)).await;
         let (ran, stop) = match end {
             PointEnd::Done(p) => {
-                let goodput = p.goodput;
+                if let Some(b) = &mut bisection {
+                    b.record_point(&p);
+                }
                 summary.points.push(p);
-                let stop = match &mut bisection {
+                let stop = match &bisection {
                     Some(b) => {
-                        b.record(level, goodput);
                         summary.find_max = Some(b.result());
                         None
                     }
@@ -976,7 +1024,11 @@ mod tests {
     #[test]
     fn a_find_max_sweep_is_checked() {
         let l = |t: &str| Levels::parse(SweepAxis::Concurrency, t).unwrap();
-        let fm = |target, step| Search::FindMax { target, step };
+        let fm = |target, step| Search::FindMax {
+            target,
+            of: GoodputOf::Turns,
+            step,
+        };
         let e = |r: Result<Sweep, RunError>| r.unwrap_err().to_string();
         assert!(
             e(Sweep::new(l("4"), fm(0.9, None)))
@@ -984,7 +1036,7 @@ mod tests {
         );
         assert_eq!(
             e(Sweep::new(l("1,4"), fm(90.0, None))),
-            "--goodput-target is a share of turns within 0–1 (0.9 for 90%), not 90"
+            "--goodput-target is a share within 0–1 (0.9 for 90%), not 90"
         );
         assert_eq!(
             e(Sweep::new(l("1,4"), fm(0.9, Some(0.5)))),
@@ -1013,6 +1065,7 @@ mod tests {
             ttft_p50_ms: Some(ttft),
             ttft_p99_ms: Some(ttft * 2.0),
             goodput,
+            session_goodput: None,
             verdict: Verdict::Valid,
             client_bound: false,
             failed_checks: Vec::new(),
@@ -1101,6 +1154,7 @@ mod tests {
             Levels::parse(SweepAxis::Concurrency, "1,16").unwrap(),
             Search::FindMax {
                 target: 0.9,
+                of: GoodputOf::Turns,
                 step: None,
             },
         )
@@ -1128,6 +1182,41 @@ mod tests {
         assert_eq!(
             find_max_text(&f),
             "highest load meeting goodput ≥ 90%: 12 (13 did not)"
+        );
+    }
+
+    #[test]
+    fn agents_at_slo_search_on_sessions_and_never_answer_with_a_client_bound_point() {
+        let s = Sweep::new(
+            Levels::parse(SweepAxis::Concurrency, "1,16").unwrap(),
+            Search::FindMax {
+                target: 0.9,
+                of: GoodputOf::Sessions,
+                step: None,
+            },
+        )
+        .unwrap();
+        // Every turn meets the turn SLO; sessions meet theirs up to 12; from 11 on the client
+        // is the bottleneck.
+        let summary = block_on(run(
+            &s,
+            serde_json::Value::Null,
+            |level, _| async move {
+                let mut p = point(level, level, 1.0, Some(1.0));
+                p.session_goodput = Some(if level <= 12.0 { 0.95 } else { 0.5 });
+                p.client_bound = level >= 11.0;
+                PointEnd::Done(p)
+            },
+            |_| {},
+        ));
+        let f = summary.find_max.unwrap();
+        assert_eq!(f.of, GoodputOf::Sessions);
+        assert_eq!((f.best, f.first_failing), (Some(10.0), Some(11.0)));
+        assert_eq!(f.client_bound, [11.0, 12.0, 16.0]);
+        assert_eq!(
+            find_max_text(&f),
+            "highest load meeting ≥ 90% of sessions within the session SLO: 10 (11 did not); \
+             at 11, 12, 16 the client was the bottleneck, so the server's own limit may be higher"
         );
     }
 

@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bench_report::sweep::{SweepAxis, SweepStop, SweepSummary};
+use bench_report::sweep::{GoodputOf, SweepAxis, SweepStop, SweepSummary};
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -61,7 +61,8 @@ pub struct SweepPlan {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FindMaxPlan {
-    /// The share of turns that must meet `judge.slo` (`--goodput-target`, default 0.9).
+    /// The share of turns that must meet `judge.slo`, or of session plays that must meet
+    /// `judge.session_slo` when it is given (`--goodput-target`, default 0.9).
     #[serde(default = "default_goodput_target")]
     pub goodput_target: f64,
     /// The search stops when the bracket is this narrow (`--step`; default 1 for concurrency,
@@ -124,14 +125,20 @@ impl SweepSpec {
         }
         let search = match &s.find_max {
             Some(f) => {
-                if self.run.judge.slo.is_none() {
+                let of = if self.run.judge.session_slo.is_some() {
+                    GoodputOf::Sessions
+                } else if self.run.judge.slo.is_some() {
+                    GoodputOf::Turns
+                } else {
                     return Err(invalid(
-                        "sweep.find_max (--find-max) needs judge.slo (--slo, e.g. ttft_ms=500): \
-                         goodput is the share of turns meeting it",
+                        "sweep.find_max (--find-max) needs judge.slo (--slo, e.g. ttft_ms=500: \
+                         the share of turns meeting it) or judge.session_slo (--session-slo, \
+                         e.g. ttft_ms=2000,session_s=600: the share of sessions)",
                     ));
-                }
+                };
                 Search::FindMax {
                     target: f.goodput_target,
+                    of,
                     step: f.step,
                 }
             }
