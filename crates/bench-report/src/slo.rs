@@ -66,44 +66,57 @@ fn unit_of(key: &str) -> &'static str {
     }
 }
 
+/// Parses `key=value,…` into one bound per name of `keys` (`unknown` reports any other key):
+/// every value a positive number, no key twice, at least one given.
+fn parse_bounds<const N: usize>(
+    s: &str,
+    keys: [&str; N],
+    unknown: fn(String) -> SloParseError,
+) -> Result<[Option<f64>; N], SloParseError> {
+    let mut out = [None; N];
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(SloParseError::NotKeyValue(item.to_owned()));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        let Some(i) = keys.iter().position(|k| *k == key) else {
+            return Err(unknown(key.to_owned()));
+        };
+        if out[i].is_some() {
+            return Err(SloParseError::Duplicate(key.to_owned()));
+        }
+        let v: f64 = value.parse().map_err(|_| SloParseError::NotANumber {
+            key: key.to_owned(),
+            value: value.to_owned(),
+        })?;
+        if !(v.is_finite() && v > 0.0) {
+            return Err(SloParseError::NotPositive {
+                key: key.to_owned(),
+                value: value.to_owned(),
+            });
+        }
+        out[i] = Some(v);
+    }
+    if out.iter().all(Option::is_none) {
+        return Err(SloParseError::Empty);
+    }
+    Ok(out)
+}
+
 impl FromStr for Slo {
     type Err = SloParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut slo = Slo::default();
-        let mut any = false;
-        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let Some((key, value)) = item.split_once('=') else {
-                return Err(SloParseError::NotKeyValue(item.to_owned()));
-            };
-            let (key, value) = (key.trim(), value.trim());
-            let slot = match key {
-                "ttft_ms" => &mut slo.ttft_ms,
-                "tpot_ms" => &mut slo.tpot_ms,
-                "e2e_ms" => &mut slo.e2e_ms,
-                _ => return Err(SloParseError::UnknownKey(key.to_owned())),
-            };
-            if slot.is_some() {
-                return Err(SloParseError::Duplicate(key.to_owned()));
-            }
-            let v: f64 = value.parse().map_err(|_| SloParseError::NotANumber {
-                key: key.to_owned(),
-                value: value.to_owned(),
-            })?;
-            if !(v.is_finite() && v > 0.0) {
-                return Err(SloParseError::NotPositive {
-                    key: key.to_owned(),
-                    value: value.to_owned(),
-                });
-            }
-            *slot = Some(v);
-            any = true;
-        }
-        if any {
-            Ok(slo)
-        } else {
-            Err(SloParseError::Empty)
-        }
+        let [ttft_ms, tpot_ms, e2e_ms] = parse_bounds(
+            s,
+            ["ttft_ms", "tpot_ms", "e2e_ms"],
+            SloParseError::UnknownKey,
+        )?;
+        Ok(Slo {
+            ttft_ms,
+            tpot_ms,
+            e2e_ms,
+        })
     }
 }
 
@@ -156,39 +169,19 @@ impl FromStr for SessionSlo {
     type Err = SloParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut out = SessionSlo::default();
-        let mut turn_items = Vec::new();
-        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            match item.split_once('=') {
-                Some((k, v)) if k.trim() == "session_s" => {
-                    if out.session_s.is_some() {
-                        return Err(SloParseError::Duplicate("session_s".into()));
-                    }
-                    let value = v.trim();
-                    let x: f64 = value.parse().map_err(|_| SloParseError::NotANumber {
-                        key: "session_s".into(),
-                        value: value.to_owned(),
-                    })?;
-                    if !(x.is_finite() && x > 0.0) {
-                        return Err(SloParseError::NotPositive {
-                            key: "session_s".into(),
-                            value: value.to_owned(),
-                        });
-                    }
-                    out.session_s = Some(x);
-                }
-                _ => turn_items.push(item),
-            }
-        }
-        if !turn_items.is_empty() {
-            out.turn = turn_items.join(",").parse().map_err(|e| match e {
-                SloParseError::UnknownKey(k) => SloParseError::UnknownSessionKey(k),
-                e => e,
-            })?;
-        } else if out.session_s.is_none() {
-            return Err(SloParseError::Empty);
-        }
-        Ok(out)
+        let [ttft_ms, tpot_ms, e2e_ms, session_s] = parse_bounds(
+            s,
+            ["ttft_ms", "tpot_ms", "e2e_ms", "session_s"],
+            SloParseError::UnknownSessionKey,
+        )?;
+        Ok(SessionSlo {
+            turn: Slo {
+                ttft_ms,
+                tpot_ms,
+                e2e_ms,
+            },
+            session_s,
+        })
     }
 }
 
