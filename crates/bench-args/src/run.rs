@@ -789,6 +789,7 @@ impl RunCmd {
                 ContentModeArg::Model => ContentMode::Model,
             },
             cache_bust: !self.no_cache_bust,
+            cache_bust_tag: None,
             tool_waits: if self.no_gaps {
                 ToolWaits::Skip
             } else {

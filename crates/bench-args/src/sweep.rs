@@ -26,6 +26,14 @@ pub struct SweepFlags {
     /// flight.
     #[arg(long, value_name = "LIST")]
     pub rates: Option<String>,
+    /// Cache retention: one run per idle gap, the wait before each later turn of a session
+    /// (replacing the plan's tool waits), at one load: -c N, --rates R or the spec's. E.g.
+    /// 0s,5s,15s,30s,60s,120s; the first is 0s, the reference. The sweep reports the later
+    /// turns' cached share and TTFT per gap and the cache's half-life (the gap at which half the
+    /// cache benefit is gone). Against a server that other traffic also uses, that traffic is
+    /// what evicts an idle session.
+    #[arg(long, value_name = "LIST")]
+    pub idle_gaps: Option<String>,
     /// Where the points' run directories (c0008, r0000.50: they sort by level), sweep.json,
     /// sweep.md and sweep.html go; must be new or empty (default: `sweeps/<UTC time>-<pid>`).
     #[arg(long, value_name = "DIR")]
@@ -162,6 +170,51 @@ fn refuse_run_only(r: &RunCmd) -> Result<(), CliError> {
     Ok(())
 }
 
+/// An idle-gap sweep's table; `-c N` or `--rates R` (one level each) is its fixed load, set in
+/// `r`.
+fn idle_gap_plan(f: &SweepFlags, r: &mut RunCmd, gaps: &str) -> Result<SweepPlan, CliError> {
+    let one = |flag: &str, list: &str| -> Result<f64, CliError> {
+        match Levels::parse(
+            if flag == "-c" {
+                SweepAxis::Concurrency
+            } else {
+                SweepAxis::Rate
+            },
+            list,
+        )
+        .map_err(run_error)?
+        .values()
+        {
+            [v] => Ok(*v),
+            _ => usage(format!(
+                "--idle-gaps plays every gap at one load: give {flag} one value, not {list:?}"
+            )),
+        }
+    };
+    match (&f.concurrency, &f.rates) {
+        (Some(_), Some(_)) => return usage("give -c N or --rates R with --idle-gaps, not both"),
+        (Some(c), None) => {
+            if r.plan.concurrency.is_some() {
+                return usage("--max-concurrency goes with --rates R, not -c N");
+            }
+            r.plan.concurrency = Some(one("-c", c)? as u32);
+        }
+        (None, Some(rates)) => r.rate = Some(one("--rates", rates)?),
+        (None, None) => {}
+    }
+    if f.find_max {
+        return usage("--find-max searches a load level: --idle-gaps plays every gap at one load");
+    }
+    Ok(SweepPlan {
+        axis: SweepAxis::IdleGap,
+        levels: Levels::parse(SweepAxis::IdleGap, gaps)
+            .map_err(run_error)?
+            .values()
+            .to_vec(),
+        find_max: None,
+    })
+}
+
 /// The sweep table the flags give (`None`: no level list), their conflicts refused.
 fn plan_of_flags(f: &SweepFlags, r: &RunCmd) -> Result<Option<SweepPlan>, CliError> {
     let (axis, list) = match (&f.concurrency, &f.rates) {
@@ -208,10 +261,26 @@ fn to_sweep_spec(f: &SweepFlags, r: &RunCmd, given: &[String]) -> Result<SweepSp
         }
         None => None,
     };
+    if let Some(gaps) = &f.idle_gaps {
+        let mut r = r.clone();
+        let plan = idle_gap_plan(f, &mut r, gaps)?;
+        // The load -c N or --rates R set lands as the run's own flag would.
+        let mut given = given.to_vec();
+        if f.concurrency.is_some() {
+            given.push("concurrency".into());
+        }
+        if f.rates.is_some() {
+            given.push("rate".into());
+        }
+        let (run, _) = r.to_spec_and_sweep(&given)?;
+        let spec = SweepSpec { run, sweep: plan };
+        spec.validate().map_err(run_error)?;
+        return Ok(spec);
+    }
     let Some(mut plan) = plan_of_flags(f, r)?.or(file_plan) else {
         return usage(
-            "bench sweep needs --concurrency LIST (e.g. 1,2,4,8), --rates LIST (e.g. 0.5,1,2) \
-             or a --spec file with a sweep table",
+            "bench sweep needs --concurrency LIST (e.g. 1,2,4,8), --rates LIST (e.g. 0.5,1,2), \
+             --idle-gaps LIST (e.g. 0s,5s,15s,30s) or a --spec file with a sweep table",
         );
     };
     if f.find_max {
@@ -231,6 +300,7 @@ fn to_sweep_spec(f: &SweepFlags, r: &RunCmd, given: &[String]) -> Result<SweepSp
         match plan.axis {
             SweepAxis::Concurrency => r.plan.concurrency = Some(first as u32),
             SweepAxis::Rate => r.rate = Some(first),
+            SweepAxis::IdleGap => {}
         }
         given.push(plan.axis.as_str().into());
     }

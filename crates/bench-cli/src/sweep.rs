@@ -78,7 +78,7 @@ impl SweepObserver for Shown {
             text.push_str(&bench_report::sweep::table_header());
         }
         if let Some(p) = s.points.last() {
-            text.push_str(&bench_report::sweep::table_row(p));
+            text.push_str(&bench_report::sweep::table_row(s.axis, p));
         }
         *printed = out(&text);
     }
@@ -177,6 +177,10 @@ pub async fn run_sweep(args: SweepCmd, given: &[String]) -> Result<(), CliError>
                 text.push_str("the search did not end; so far: ");
             }
             text.push_str(&sweep::find_max_text(fm));
+            text.push('\n');
+        }
+        if let Some(rt) = &summary.retention {
+            text.push_str(&sweep::retention_text(rt));
             text.push('\n');
         }
         if !matches!(summary.stop, SweepStop::Failed { .. }) {

@@ -207,6 +207,10 @@ pub struct Metrics {
     pub per_user_output_tok_s: PerUserRate,
     /// Σ cached ÷ Σ input tokens over turns that reported `cached_tokens`.
     pub prefix_cache_ratio: Option<f64>,
+    /// The same over later turns (`turn_index` ≥ 1) only: what a session's own earlier turns
+    /// left in the cache (a cache-retention sweep's figure, `bench sweep --idle-gaps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_cache_later_ratio: Option<f64>,
     /// The most of that the run's own requests allowed: Σ shared prefix ÷ Σ input
     /// tokens over the same turns (those that also know their shared prefix). A cache that
     /// started empty cannot beat it; the gap below it is reuse the server missed.
@@ -700,6 +704,13 @@ impl Metrics {
             peak_output_tok_s_1s: peak_1s(&turns),
             per_user_output_tok_s: per_user(&turns),
             prefix_cache_ratio: cache_ratio(&turns),
+            prefix_cache_later_ratio: cache_ratio(
+                &turns
+                    .iter()
+                    .copied()
+                    .filter(|r| r.turn_index > 0)
+                    .collect::<Vec<_>>(),
+            ),
             prefix_cache_possible_ratio: possible_ratio(&turns),
             prefix_cache_host_share: host_share(&turns),
             osl_fidelity: osl_fidelity(&turns),

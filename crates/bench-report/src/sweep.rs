@@ -1,5 +1,6 @@
 //! A sweep's summary: one point per load level (`bench sweep`), the saturation rule that stops a
-//! sweep early, and the result of a `--find-max` search. Running the points is
+//! sweep early, the result of a `--find-max` search, and an idle-gap sweep's cache
+//! [`Retention`] curve and half-life. Running the points is
 //! `bench_run::sweep`; the HTML is [`crate::html::sweep_html`].
 
 use serde::{Deserialize, Serialize};
@@ -14,14 +15,28 @@ pub enum SweepAxis {
     Concurrency,
     /// Open loop: sessions started per second.
     Rate,
+    /// The idle time before each later turn of a session, s, at a fixed load: how long the
+    /// server's prefix cache keeps an idle session warm ([`Retention`]).
+    #[serde(rename = "idle_gap")]
+    IdleGap,
 }
 
 impl SweepAxis {
-    /// `concurrency` or `rate`.
+    /// `concurrency`, `rate` or `idle_gap`.
     pub fn as_str(self) -> &'static str {
         match self {
             SweepAxis::Concurrency => "concurrency",
             SweepAxis::Rate => "rate",
+            SweepAxis::IdleGap => "idle_gap",
+        }
+    }
+
+    /// What a level is, for tables and charts.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SweepAxis::Concurrency => "concurrency (sessions in flight)",
+            SweepAxis::Rate => "rate (sessions started per second)",
+            SweepAxis::IdleGap => "idle gap before each later turn, s",
         }
     }
 }
@@ -59,6 +74,14 @@ pub struct SweepPoint {
     /// The names of the point's checks that did not pass.
     #[serde(default)]
     pub failed_checks: Vec<String>,
+    /// Σ cached ÷ Σ input tokens of the later turns (`turn_index` ≥ 1) over the whole measured
+    /// run (`overall.prefix_cache_later_ratio`; `None` when the server reported no cached
+    /// tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub later_cache_ratio: Option<f64>,
+    /// TTFT p50 of those later turns, ms (`overall.ttft_later_turns_ms.p50`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_later_p50_ms: Option<f64>,
 }
 
 /// Why a sweep stopped.
@@ -130,9 +153,164 @@ pub struct SweepSummary {
     /// The `--find-max` search's result, if one was run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub find_max: Option<FindMax>,
+    /// An idle-gap sweep's cache retention curve and half-life ([`retention`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Retention>,
     /// The run flags every point shared (secrets redacted).
     #[serde(default)]
     pub config: serde_json::Value,
+}
+
+/// How much of the prefix cache's benefit an idle session keeps, per idle gap: an idle-gap
+/// sweep's answer ([`retention`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Retention {
+    /// The reference gap (the sweep's first, 0 s), s.
+    pub reference_gap_s: f64,
+    /// The later turns' cached share at the reference gap (`None`: the server reported no
+    /// cached tokens there).
+    pub reference_ratio: Option<f64>,
+    /// Their TTFT p50 at the reference gap, ms.
+    pub reference_ttft_ms: Option<f64>,
+    /// One entry per point, by gap.
+    pub gaps: Vec<RetentionGap>,
+    /// The gap at which half the benefit is gone, s: where `kept` first falls below 0.5,
+    /// interpolated linearly between that gap and the one before it (`None`: no gap lost half,
+    /// or there is no reference).
+    pub half_life_s: Option<f64>,
+    /// The two gaps that bracket the half-life, s (the last keeping half, the first not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bracket_s: Option<[f64; 2]>,
+}
+
+/// One idle gap's figures in a [`Retention`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetentionGap {
+    /// The idle gap, s.
+    pub gap_s: f64,
+    /// Later turns' cached share at this gap.
+    pub cached_ratio: Option<f64>,
+    /// `cached_ratio ÷ reference_ratio`: the share of the cache benefit kept (1 at the
+    /// reference; `None` without both figures).
+    pub kept: Option<f64>,
+    /// Later turns' TTFT p50, ms.
+    pub ttft_later_p50_ms: Option<f64>,
+    /// That ÷ the reference's (`None` without both).
+    pub ttft_vs_reference: Option<f64>,
+}
+
+/// The share of its benefit a cache must have lost for the gap to be the half-life.
+pub const HALF_LIFE_KEPT: f64 = 0.5;
+
+/// The retention curve of an idle-gap sweep's points (the first point, by gap, is the
+/// reference; `None` without points).
+///
+/// ```
+/// use bench_report::sweep::retention;
+/// # use bench_report::sweep::SweepPoint;
+/// # fn p(gap: f64, ratio: f64) -> SweepPoint {
+/// #     serde_json::from_value(serde_json::json!({"level": gap, "run_dir": "g", "turns_ok": 8,
+/// #         "turns_failed": 0, "output_tps": null, "per_user_tps": null, "ttft_p50_ms": null,
+/// #         "ttft_p99_ms": null, "goodput": null, "verdict": "valid", "client_bound": false,
+/// #         "later_cache_ratio": ratio})).unwrap()
+/// # }
+/// // 80% of later turns' tokens cached at 0 s, 60% at 10 s, 20% at 20 s.
+/// let r = retention(&[p(0.0, 0.8), p(10.0, 0.6), p(20.0, 0.2)]).unwrap();
+/// // Kept 0.75 at 10 s and 0.25 at 20 s: half is gone half-way between them.
+/// assert!((r.half_life_s.unwrap() - 15.0).abs() < 1e-9);
+/// assert_eq!(r.bracket_s, Some([10.0, 20.0]));
+/// ```
+pub fn retention(points: &[SweepPoint]) -> Option<Retention> {
+    let mut points: Vec<&SweepPoint> = points.iter().filter(|p| p.level.is_finite()).collect();
+    points.sort_by(|a, b| a.level.total_cmp(&b.level));
+    let reference = *points.first()?;
+    let base = reference.later_cache_ratio.filter(|r| *r > 0.0);
+    let base_ttft = reference.ttft_later_p50_ms.filter(|t| *t > 0.0);
+    let gaps: Vec<RetentionGap> = points
+        .iter()
+        .map(|p| RetentionGap {
+            gap_s: p.level,
+            cached_ratio: p.later_cache_ratio,
+            kept: p.later_cache_ratio.zip(base).map(|(r, b)| r / b),
+            ttft_later_p50_ms: p.ttft_later_p50_ms,
+            ttft_vs_reference: p.ttft_later_p50_ms.zip(base_ttft).map(|(t, b)| t / b),
+        })
+        .collect();
+    let mut half_life_s = None;
+    let mut bracket_s = None;
+    let mut last_kept: Option<(f64, f64)> = None;
+    for g in &gaps {
+        let Some(k) = g.kept else { continue };
+        if k < HALF_LIFE_KEPT {
+            if let Some((g0, k0)) = last_kept {
+                half_life_s = Some(g0 + (k0 - HALF_LIFE_KEPT) / (k0 - k) * (g.gap_s - g0));
+                bracket_s = Some([g0, g.gap_s]);
+            }
+            break;
+        }
+        last_kept = Some((g.gap_s, k));
+    }
+    Some(Retention {
+        reference_gap_s: reference.level,
+        reference_ratio: base,
+        reference_ttft_ms: base_ttft,
+        gaps,
+        half_life_s,
+        bracket_s,
+    })
+}
+
+/// The retention curve's answer in one line: `cache half-life: 15 s (10 s kept 75% of the cache
+/// benefit, 20 s 25%)`, or why there is none.
+pub fn retention_text(r: &Retention) -> String {
+    let secs = |s: f64| format!("{} s", fmt_secs(s));
+    let kept_at = |gap: f64| {
+        r.gaps
+            .iter()
+            .find(|g| g.gap_s == gap)
+            .and_then(|g| g.kept)
+            .map_or_else(|| "—".to_owned(), |k| format!("{:.0}%", k * 100.0))
+    };
+    if r.reference_ratio.is_none() {
+        return format!(
+            "no cache half-life: at the reference gap ({}) later turns reported no cached tokens              (the server reports none, or keeps no prefix cache)",
+            secs(r.reference_gap_s)
+        );
+    }
+    match (r.half_life_s, r.bracket_s) {
+        (Some(h), Some([a, b])) => format!(
+            "cache half-life: {} (idle {} kept {} of the cache benefit, {} kept {})",
+            secs(h),
+            secs(a),
+            kept_at(a),
+            secs(b),
+            kept_at(b)
+        ),
+        _ => {
+            let last = r.gaps.iter().rev().find(|g| g.kept.is_some());
+            match last {
+                Some(g) if g.gap_s > r.reference_gap_s => format!(
+                    "cache half-life: longer than {}, the longest gap tried (it kept {})",
+                    secs(g.gap_s),
+                    kept_at(g.gap_s)
+                ),
+                _ => "no cache half-life: no gap beyond the reference was measured".to_owned(),
+            }
+        }
+    }
+}
+
+/// Seconds as a user reads them: `15`, `1.5`, `0.25`.
+fn fmt_secs(s: f64) -> String {
+    if s >= 10.0 {
+        format!("{s:.0}")
+    } else if s >= 1.0 {
+        let t = format!("{s:.1}");
+        t.strip_suffix(".0").map_or(t.clone(), str::to_owned)
+    } else {
+        let t = format!("{s:.2}");
+        t.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
 }
 
 /// Throughput counts as no longer rising when a point's output tok/s is below this factor times
@@ -277,6 +455,29 @@ pub fn markdown(s: &SweepSummary) -> String {
             );
         }
     }
+    if let Some(r) = &s.retention {
+        out.push_str(
+            "\n## Cache retention\n\nLater turns (a session's second and on) after each idle gap, \
+             against the reference gap:\n\n\
+             | idle gap s | cached share | benefit kept | TTFT p50 ms | TTFT vs reference |\n\
+             |---:|---:|---:|---:|---:|\n",
+        );
+        for g in &r.gaps {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                fmt_level(g.gap_s),
+                g.cached_ratio
+                    .map_or_else(|| "—".to_owned(), |x| format!("{:.1}%", x * 100.0)),
+                g.kept
+                    .map_or_else(|| "—".to_owned(), |x| format!("{:.0}%", x * 100.0)),
+                fmt_opt(g.ttft_later_p50_ms, 1),
+                g.ttft_vs_reference
+                    .map_or_else(|| "—".to_owned(), |x| format!("{x:.2}×")),
+            );
+        }
+        let _ = writeln!(out, "\n{}", retention_text(r));
+    }
     let _ = writeln!(out, "\n{}", stop_text(s));
     if let Some(f) = &s.find_max {
         let _ = writeln!(out, "\n{}", find_max_text(f));
@@ -292,11 +493,16 @@ pub fn table_header() -> String {
     )
 }
 
-/// One point's line of the table ([`table_header`]).
-pub fn table_row(p: &SweepPoint) -> String {
+/// One point's line of the table ([`table_header`]); an idle-gap sweep's level is in seconds
+/// and its line ends with the later turns' cached share and TTFT.
+pub fn table_row(axis: SweepAxis, p: &SweepPoint) -> String {
+    let level = match axis {
+        SweepAxis::IdleGap => format!("{}s", fmt_level(p.level)),
+        _ => fmt_level(p.level),
+    };
     let mut line = format!(
         "{:>9}  {:>12}  {:>14}  {:>11}  {:>11}  {:>7}  {}",
-        fmt_level(p.level),
+        level,
         fmt_opt(p.output_tps, 1),
         fmt_opt(p.per_user_tps, 1),
         fmt_opt(p.ttft_p50_ms, 1),
@@ -310,6 +516,14 @@ pub fn table_row(p: &SweepPoint) -> String {
     }
     if let Some(g) = p.session_goodput {
         line.push_str(&format!("  sessions in SLO {:.1}%", g * 100.0));
+    }
+    if axis == SweepAxis::IdleGap {
+        line.push_str(&format!(
+            "  later turns: {} cached, TTFT p50 {} ms",
+            p.later_cache_ratio
+                .map_or_else(|| "—".to_owned(), |x| format!("{:.1}%", x * 100.0)),
+            fmt_opt(p.ttft_later_p50_ms, 1)
+        ));
     }
     if p.turns_failed > 0 {
         line.push_str(&format!(

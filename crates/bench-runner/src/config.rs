@@ -69,6 +69,13 @@ pub enum ToolWaits {
     },
     /// Send the next turn as soon as the last one ended.
     Skip,
+    /// Every turn but a session's first waits exactly `wait`, whatever the plan recorded: the
+    /// idle gap of a cache-retention sweep (`bench sweep --idle-gaps`).
+    Fixed {
+        /// The wait before each later turn.
+        #[serde(with = "humantime_serde")]
+        wait: Duration,
+    },
 }
 
 impl Default for ToolWaits {
@@ -82,12 +89,13 @@ impl Default for ToolWaits {
 }
 
 impl ToolWaits {
-    /// The wait before a turn whose plan says `planned_ms` (`None`: no wait).
+    /// The wait before a later turn whose plan says `planned_ms` (`None`: no wait).
     pub fn wait(self, planned_ms: f64) -> Option<Duration> {
         match self {
             ToolWaits::Honour { scale, cap } if planned_ms > 0.0 => {
                 Some(Duration::from_secs_f64((planned_ms * scale / 1000.0).max(0.0)).min(cap))
             }
+            ToolWaits::Fixed { wait } if !wait.is_zero() => Some(wait),
             _ => None,
         }
     }
@@ -280,6 +288,10 @@ pub struct RequestShape {
     /// Mark replays of recycled sessions so they cannot hit the cache their previous play
     /// warmed.
     pub cache_bust: bool,
+    /// With `cache_bust`, mark every play of this run with this tag, first plays too, so that
+    /// none hits the cache another run of the same plan warmed (a sweep tags each point).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_bust_tag: Option<String>,
     /// Tool waits between turns.
     pub tool_waits: ToolWaits,
     /// JSON merged into every body last (a `null` removes a field).
@@ -308,6 +320,7 @@ impl Default for RequestShape {
             response: ResponseMode::Stream,
             content_mode: ContentMode::Trace,
             cache_bust: true,
+            cache_bust_tag: None,
             tool_waits: ToolWaits::default(),
             extra_body: serde_json::Map::new(),
             routing_header: None,

@@ -291,6 +291,9 @@ pub enum PlanProgress {
     },
     /// Selection and encoding.
     Shaping,
+    /// A plan starts (its clock starts here: one callback may see several plans, one per
+    /// point of a sweep).
+    Started,
 }
 
 /// A progress callback.
@@ -305,15 +308,21 @@ impl ProgressFn {
         period: std::time::Duration,
         line: impl Fn(String) + Send + Sync + 'static,
     ) -> ProgressFn {
-        let start = std::time::Instant::now();
-        let last = std::sync::Mutex::new(start);
+        let now = std::time::Instant::now();
+        // (When the plan started, when a line was last printed.)
+        let clock = std::sync::Mutex::new((now, now));
         ProgressFn(Arc::new(move |p: PlanProgress| {
             let now = std::time::Instant::now();
-            let Ok(mut last) = last.lock() else { return };
-            if now.duration_since(start) < period || now.duration_since(*last) < period {
+            let Ok(mut clock) = clock.lock() else { return };
+            if p == PlanProgress::Started {
+                *clock = (now, now);
                 return;
             }
-            *last = now;
+            let (start, last) = *clock;
+            if now.duration_since(start) < period || now.duration_since(last) < period {
+                return;
+            }
+            clock.1 = now;
             let t = now.duration_since(start).as_secs_f64();
             line(match p {
                 PlanProgress::Reading { sessions } => {
@@ -328,7 +337,9 @@ impl ProgressFn {
                     done_bytes as f64 * 100.0 / total_bytes.max(1) as f64,
                     total_bytes as f64 / 1e6
                 ),
-                PlanProgress::Shaping => format!("selecting and encoding ({t:.0} s)"),
+                PlanProgress::Shaping | PlanProgress::Started => {
+                    format!("selecting and encoding ({t:.0} s)")
+                }
             })
         }))
     }
@@ -1280,6 +1291,9 @@ pub fn build_plan(cfg: PlanConfig) -> Result<Plan, PlanError> {
 /// [`build_plan`] with an already loaded counter (loading the tokenizer takes a moment).
 pub fn build_plan_with(mut cfg: PlanConfig, counter: &TokenCounter) -> Result<Plan, PlanError> {
     cfg.validate()?;
+    if let Some(p) = &cfg.progress {
+        (p.0)(PlanProgress::Started);
+    }
     let mut summary = PlanSummary {
         tokenizer: counter.name().to_string(),
         ..PlanSummary::default()

@@ -210,6 +210,27 @@ pub fn spawn_sim(args: &[&str]) -> (SimChild, String) {
     (SimChild(child), url)
 }
 
+/// The simulator's counters from GET /metrics (unlabelled sums per metric name).
+pub fn sim_metrics(url: &str) -> std::collections::HashMap<String, f64> {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://").trim_end_matches("/v1");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let mut out = std::collections::HashMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name_labels, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let name = name_labels.split('{').next().unwrap().to_string();
+        if let Ok(v) = value.parse::<f64>() {
+            *out.entry(name).or_insert(0.0) += v;
+        }
+    }
+    out
+}
+
 /// Reads one request (head and content-length body) from `s`; its head, or `None` at EOF.
 pub fn read_request(s: &mut TcpStream) -> Option<String> {
     let mut buf = Vec::new();

@@ -4,29 +4,9 @@ use bench_rundir::{LifecycleEvent, ScrapePhase, StopBy};
 use serde_json::Value;
 
 use crate::{
-    random_run_args, read_jsonl, run, run_json, serial, signal, spawn_sim, stop_sim, tempdir,
+    random_run_args, read_jsonl, run, run_json, serial, signal, sim_metrics as metrics, spawn_sim,
+    stop_sim, tempdir,
 };
-
-/// The simulator's counters from GET /metrics (unlabelled sums per metric name).
-fn metrics(url: &str) -> std::collections::HashMap<String, f64> {
-    use std::io::{Read, Write};
-    let addr = url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let mut out = std::collections::HashMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((name_labels, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let name = name_labels.split('{').next().unwrap().to_string();
-        if let Ok(v) = value.parse::<f64>() {
-            *out.entry(name).or_insert(0.0) += v;
-        }
-    }
-    out
-}
 
 fn p50(v: &Value, k: &str) -> f64 {
     v["summary"][k]["p50"]

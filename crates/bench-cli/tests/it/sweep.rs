@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{bench, run, serial, signal, tempdir};
+use super::{
+    SimChild, bench, random_run_args, run, serial, signal, sim_metrics, spawn_sim, stop_sim,
+    tempdir,
+};
 
 /// The arguments of a sweep on the synthetic workload: sessions of 4 turns with no tool
 /// waits (every session always has a request in flight), 200 new tokens per turn, the
@@ -245,6 +248,134 @@ fn agents_at_slo_match_running_every_load_by_hand_within_one_step() {
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
+/// Cache retention (#33): against a simulator whose cache holds 1,024 blocks of 16 tokens
+/// while background traffic (20 unique ~800-token prompts a second) flows through it, the
+/// idle-gap sweep's half-life is within 20% of the time that traffic takes to push a whole
+/// cache of new blocks through LRU eviction: capacity ÷ the rate of uncached prompt tokens,
+/// read from the simulator's own counters over the sweep.
+#[test]
+fn the_cache_half_life_matches_the_capacity_over_the_eviction_rate() {
+    let _serial = serial();
+    let tmp_dir = tempdir("sweep-retention");
+    let (sim, url) = spawn_sim(&["--kv-capacity-tokens", "16384", "--time-scale", "0.1"]);
+    let background = bench()
+        .args(random_run_args(
+            1,
+            100_000,
+            &tmp_dir.join("background"),
+            &[],
+        ))
+        .args([
+            "--base-url",
+            &url,
+            "--input-increment",
+            "800",
+            "--output-len",
+            "8",
+        ])
+        .args([
+            "--rate",
+            "20",
+            "--arrival",
+            "constant",
+            "--duration",
+            "300s",
+            "-q",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let background = SimChild(background);
+    // The cache fills (16,384 tokens at ~17,000 a second), then the sweep starts.
+    std::thread::sleep(Duration::from_secs(3));
+    let before = (Instant::now(), sim_metrics(&url));
+    let dir = tmp_dir.join("sweep");
+    let out = run(&[
+        "sweep",
+        "--base-url",
+        &url,
+        "--tokenizer",
+        "none",
+        "--dataset",
+        "random",
+        "--turns",
+        "3",
+        "--input-increment",
+        "256",
+        "--output-len",
+        "8",
+        "-c",
+        "2",
+        "--num-sessions",
+        "2",
+        "--idle-gaps",
+        "0s,0.5s,0.7s,0.8s,0.9s,1s,1.1s,1.3s",
+        "-q",
+        "--sweep-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let after = (Instant::now(), sim_metrics(&url));
+    drop(background);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Uncached prompt tokens enter the cache; each evicts as many once it is full.
+    let uncached = |m: &std::collections::HashMap<String, f64>| {
+        m["vllm:prefix_cache_queries_total"] - m["vllm:prefix_cache_hits_total"]
+    };
+    let rate =
+        (uncached(&after.1) - uncached(&before.1)) / after.0.duration_since(before.0).as_secs_f64();
+    let computed = 16384.0 / rate;
+    let s = summary(&dir);
+    let r = &s["retention"];
+    let half = r["half_life_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{r}\n{stdout}"));
+    eprintln!(
+        "half-life {half:.3} s, computed {computed:.3} s ({rate:.0} tok/s into 16,384 tokens)"
+    );
+    assert!(
+        (half / computed - 1.0).abs() <= 0.2,
+        "half-life {half} s vs computed {computed} s\n{r}\n{stdout}"
+    );
+    // The curve: all kept well before it, nothing long after it.
+    let kept = |gap: f64| {
+        r["gaps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["gap_s"].as_f64() == Some(gap))
+            .and_then(|g| g["kept"].as_f64())
+            .unwrap()
+    };
+    assert!(kept(0.5) >= 0.9, "{r}");
+    assert!(kept(1.3) <= 0.1, "{r}");
+    assert!(r["reference_ratio"].as_f64().unwrap() > 0.3, "{r}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("cache half-life: "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains(" of the cache benefit, "), "{line}");
+    // Each point replays the same plan, tagged: no later turn hits an earlier point's cache.
+    for p in s["points"].as_array().unwrap() {
+        let checks = p["failed_checks"].as_array().unwrap();
+        assert!(!checks.iter().any(|c| c == "warm_cache"), "{p}");
+    }
+    let html = std::fs::read_to_string(dir.join("sweep.html")).unwrap();
+    assert!(html.contains("data-chart=\"cache_retention\""));
+    assert!(
+        std::fs::read_to_string(dir.join("sweep.md"))
+            .unwrap()
+            .contains("## Cache retention")
+    );
+    stop_sim(sim);
+}
+
 #[test]
 fn a_rate_sweep_runs_open_loop_points_and_prints_its_summary_as_json() {
     let tmp_dir = tempdir("sweep-rates");
@@ -401,8 +532,20 @@ fn bad_sweeps_are_refused_in_one_line_before_any_run() {
     for (args, want) in [
         (
             vec![],
-            "bench sweep needs --concurrency LIST (e.g. 1,2,4,8), --rates LIST (e.g. 0.5,1,2) \
-             or a --spec file with a sweep table",
+            "bench sweep needs --concurrency LIST (e.g. 1,2,4,8), --rates LIST (e.g. 0.5,1,2), \
+             --idle-gaps LIST (e.g. 0s,5s,15s,30s) or a --spec file with a sweep table",
+        ),
+        (
+            vec!["--idle-gaps", "0s,5s", "-c", "1,2"],
+            "--idle-gaps plays every gap at one load: give -c one value, not \"1,2\"",
+        ),
+        (
+            vec!["--idle-gaps", "5s,10s"],
+            "--idle-gaps: the first gap must be 0s, the reference",
+        ),
+        (
+            vec!["--idle-gaps", "0s,5s", "--find-max", "--slo", "ttft_ms=100"],
+            "--find-max searches a load level: --idle-gaps plays every gap at one load",
         ),
         (
             vec!["-c", "1,2", "--rates", "1,2"],

@@ -1,17 +1,22 @@
 //! The sweep page: why it stopped, the `--find-max` result, the points table and three charts
-//! (`pareto`, `throughput_vs_load`, `ttft_vs_load`). A point where the client was the
-//! bottleneck is flagged in the table and drawn with its own marker in every chart.
+//! (`pareto`, `throughput_vs_load`, `ttft_vs_load`); an idle-gap sweep shows its cache
+//! retention (the half-life, a table per gap) and charts `cache_retention` and `ttft_vs_load`
+//! instead. A point where the client was the bottleneck is flagged in the table and drawn with
+//! its own marker in every chart.
 
 use std::fmt::Write as _;
 
 use plotters::prelude::*;
 
 use super::chart::{
-    Axes, C_BLUE, C_GREY, C_ORANGE, C_PURPLE, C_RED, Figure, Key, LABEL_FONT, frame, legend,
-    marks_end, marks_start, range_of,
+    Axes, C_BLUE, C_GREEN, C_GREY, C_ORANGE, C_PURPLE, C_RED, Figure, Key, LABEL_FONT, frame,
+    legend, marks_end, marks_start, range_of,
 };
 use super::{esc, num, pct};
-use crate::sweep::{SweepPoint, SweepStop, SweepSummary, fmt_level};
+use crate::sweep::{
+    HALF_LIFE_KEPT, Retention, SweepAxis, SweepPoint, SweepStop, SweepSummary, fmt_level,
+    retention_text,
+};
 use crate::validity::Verdict;
 
 const SIZE: (u32, u32) = (1000, 420);
@@ -58,12 +63,117 @@ pub(super) fn body(out: &mut String, s: &SweepSummary) {
             esc(&fmt_level(f.step))
         );
     }
+    if let Some(r) = &s.retention {
+        retention_section(out, r);
+    }
     points_table(out, s);
     out.push_str("<section id=\"charts\">\n<h2>Charts</h2>\n");
-    for f in [pareto(s), throughput_vs_load(s), ttft_vs_load(s)] {
+    let figures = match (s.axis, &s.retention) {
+        (SweepAxis::IdleGap, Some(r)) => vec![retention_chart(r), ttft_vs_load(s)],
+        _ => vec![pareto(s), throughput_vs_load(s), ttft_vs_load(s)],
+    };
+    for f in figures {
         f.render(out);
     }
     out.push_str("</section>\n");
+}
+
+/// The half-life and a row per gap.
+fn retention_section(out: &mut String, r: &Retention) {
+    let _ = writeln!(
+        out,
+        "<section id=\"retention\">\n<h2>Cache retention</h2>\n<p class=\"half-life\">\
+         <strong>{}</strong></p>\n<p class=\"sub\">Later turns (a session's second and on) \
+         after each idle gap: the share of their prompt tokens the server reported cached, and \
+         that share over the reference gap's (the cache benefit kept).</p>\n<table \
+         class=\"retention\">\n<thead><tr><th>idle gap, s</th><th>cached share</th><th>benefit \
+         kept</th><th>TTFT p50, ms</th><th>TTFT vs reference</th></tr></thead>\n<tbody>",
+        esc(&retention_text(r))
+    );
+    for g in &r.gaps {
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            esc(&fmt_level(g.gap_s)),
+            pct(g.cached_ratio),
+            pct(g.kept),
+            num(g.ttft_later_p50_ms, 1),
+            g.ttft_vs_reference
+                .map_or_else(|| "n/a".to_owned(), |x| format!("{x:.2}×")),
+        );
+    }
+    out.push_str("</tbody>\n</table>\n</section>\n");
+}
+
+/// The share of the cache benefit kept against the idle gap, the half-life marked.
+fn retention_chart(r: &Retention) -> Figure {
+    const NAME: &str = "cache_retention";
+    const TITLE: &str = "Cache benefit kept against idle gap";
+    let pts: Vec<(f64, f64)> = r
+        .gaps
+        .iter()
+        .filter_map(|g| Some((g.gap_s, g.kept?)))
+        .filter(|p| p.0.is_finite() && p.1.is_finite())
+        .collect();
+    let caption = format!(
+        "One dot per idle gap: the later turns' cached share over the reference gap's (y, 100% \
+         at the reference). {}{}",
+        retention_text(r),
+        if r.half_life_s.is_some() {
+            "; the dashed line marks it."
+        } else {
+            "."
+        }
+    );
+    if pts.len() < 2 {
+        return Figure::empty(
+            NAME,
+            TITLE,
+            caption,
+            "Fewer than two gaps have a cached share to compare: nothing to plot.",
+        );
+    }
+    let x = range_of(pts.iter().map(|p| p.0 * 1.05), true);
+    let y = range_of(
+        pts.iter().map(|p| p.1 * 1.05).chain(std::iter::once(1.05)),
+        true,
+    );
+    Figure::drawn(NAME, TITLE, caption, SIZE, |root| {
+        let mut chart = frame(
+            root,
+            &Axes {
+                x_desc: SweepAxis::IdleGap.describe(),
+                y_desc: "cache benefit kept (1 = as at the reference)",
+                x: x.clone(),
+                y: y.clone(),
+                ..Axes::default()
+            },
+        )?;
+        marks_start(root)?;
+        chart.draw_series(
+            LineSeries::new(pts.iter().copied(), C_BLUE.stroke_width(2)).point_size(4),
+        )?;
+        chart.draw_series(LineSeries::new(
+            [(x.start, HALF_LIFE_KEPT), (x.end, HALF_LIFE_KEPT)],
+            C_GREY.mix(0.7).stroke_width(1),
+        ))?;
+        let mut keys = vec![
+            (Key::Line, C_BLUE, "benefit kept"),
+            (Key::Line, C_GREY, "half"),
+        ];
+        if let Some(h) = r.half_life_s {
+            chart.draw_series(DashedLineSeries::new(
+                [(h, y.start), (h, y.end)],
+                6,
+                4,
+                C_ORANGE.stroke_width(2),
+            ))?;
+            keys.push((Key::Line, C_ORANGE, "half-life"));
+        }
+        marks_end(root)?;
+        legend(root, &keys)
+    })
 }
 
 /// A relative link to a point's run directory (its text only when the path is absolute).
@@ -312,10 +422,7 @@ fn load_chart(s: &SweepSummary, c: LoadChart<'_>) -> Figure {
         lines.iter().flat_map(|l| l.1.iter().map(|p| p.1 * 1.05)),
         true,
     );
-    let x_desc = match s.axis {
-        crate::sweep::SweepAxis::Concurrency => "concurrency (sessions in flight)",
-        crate::sweep::SweepAxis::Rate => "rate (sessions started per second)",
-    };
+    let x_desc = s.axis.describe();
     Figure::drawn(name, title.to_owned(), caption, SIZE, |root| {
         let mut chart = frame(
             root,
@@ -395,18 +502,38 @@ fn ttft_vs_load(s: &SweepSummary) -> Figure {
             y_desc: "TTFT, ms",
             lead: "TTFT p50 and p99 over the steady window",
             what: "TTFT figures",
-            series: &[
-                LoadSeries {
-                    label: "TTFT p50",
-                    get: |p| p.ttft_p50_ms,
-                    color: C_BLUE,
-                },
-                LoadSeries {
-                    label: "TTFT p99",
-                    get: |p| p.ttft_p99_ms,
-                    color: C_ORANGE,
-                },
-            ],
+            series: if s.axis == SweepAxis::IdleGap {
+                &[
+                    LoadSeries {
+                        label: "TTFT p50",
+                        get: |p| p.ttft_p50_ms,
+                        color: C_BLUE,
+                    },
+                    LoadSeries {
+                        label: "TTFT p50, later turns",
+                        get: |p| p.ttft_later_p50_ms,
+                        color: C_GREEN,
+                    },
+                    LoadSeries {
+                        label: "TTFT p99",
+                        get: |p| p.ttft_p99_ms,
+                        color: C_ORANGE,
+                    },
+                ]
+            } else {
+                &[
+                    LoadSeries {
+                        label: "TTFT p50",
+                        get: |p| p.ttft_p50_ms,
+                        color: C_BLUE,
+                    },
+                    LoadSeries {
+                        label: "TTFT p99",
+                        get: |p| p.ttft_p99_ms,
+                        color: C_ORANGE,
+                    },
+                ]
+            },
         },
     )
 }

@@ -490,6 +490,8 @@ fn point(level: f64, tps: f64, per_user: f64, client_bound: bool) -> SweepPoint 
         } else {
             Vec::new()
         },
+        later_cache_ratio: None,
+        ttft_later_p50_ms: None,
     }
 }
 
@@ -517,6 +519,7 @@ fn sweep() -> SweepSummary {
             of: bench_report::sweep::GoodputOf::Turns,
             client_bound: Vec::new(),
         }),
+        retention: None,
         config: serde_json::json!({"base_url": "https://example.invalid/v1"}),
     }
 }
@@ -579,6 +582,88 @@ fn sweep_html_draws_the_pareto_and_flags_the_client_bound_point() {
             );
         }
     }
+}
+
+/// An idle-gap sweep: 80% of later turns' tokens cached at 0 s, then 72%, 48%, 8%.
+fn idle_gap_sweep() -> SweepSummary {
+    let mut s = sweep();
+    s.axis = SweepAxis::IdleGap;
+    s.find_max = None;
+    s.stop = SweepStop::Completed;
+    s.points = [
+        (0.0, 0.8, 40.0),
+        (5.0, 0.72, 45.0),
+        (15.0, 0.48, 90.0),
+        (30.0, 0.08, 160.0),
+    ]
+    .into_iter()
+    .map(|(gap, ratio, ttft)| {
+        let mut p = point(gap, 500.0, 50.0, false);
+        p.run_dir = format!("g{gap}s");
+        p.later_cache_ratio = Some(ratio);
+        p.ttft_later_p50_ms = Some(ttft);
+        p
+    })
+    .collect();
+    s.retention = bench_report::sweep::retention(&s.points);
+    s
+}
+
+#[test]
+fn idle_gap_sweep_html_names_the_half_life_and_draws_the_retention_curve() {
+    let s = idle_gap_sweep();
+    let r = s.retention.as_ref().expect("a retention curve");
+    // Kept 0.9 at 5 s, 0.6 at 15 s, 0.1 at 30 s: half is gone at 15 + 0.1/0.5 × 15 = 18 s.
+    let h = r.half_life_s.expect("a half-life");
+    assert!((h - 18.0).abs() < 1e-9, "{h}");
+    assert_eq!(r.bracket_s, Some([15.0, 30.0]));
+    let page = sweep_html(&s);
+    dev_write("dev-sweep-idle.html", &page);
+    assert!(
+        page.contains(
+            "cache half-life: 18 s (idle 15 s kept 60% of the cache benefit, 30 s kept 10%)"
+        ),
+        "the half-life in words"
+    );
+    let f = figure(&page, "cache_retention");
+    let m = marks(f);
+    assert_eq!(count(m, "circle"), 4, "one dot per gap");
+    assert!(count(m, "polyline") >= 2, "the curve and the half line");
+    assert!(f.contains("half-life"), "the half-life in the legend");
+    let ttft = figure(&page, "ttft_vs_load");
+    assert!(ttft.contains("TTFT p50, later turns"));
+    assert!(ttft.contains("idle gap before each later turn, s"));
+    assert!(!page.contains("data-chart=\"pareto\""), "no load chart");
+    // The table: a row per gap with its kept share.
+    assert!(
+        page.contains(
+            "<td class=\"n\">15</td><td class=\"n\">48.0%</td><td class=\"n\">60.0%</td>"
+        )
+    );
+    // And without cached tokens at the reference, it says why there is no half-life.
+    let mut cold = s.clone();
+    for p in &mut cold.points {
+        p.later_cache_ratio = Some(0.0);
+    }
+    cold.retention = bench_report::sweep::retention(&cold.points);
+    let page = sweep_html(&cold);
+    assert!(page.contains(
+        "no cache half-life: at the reference gap (0 s) later turns reported no cached tokens"
+    ));
+    assert!(figure(&page, "cache_retention").contains("<p class=\"empty\">"));
+    // A cache that keeps more than half at every gap: longer than the longest.
+    let mut warm = s;
+    for p in &mut warm.points {
+        p.later_cache_ratio = Some(0.8);
+    }
+    warm.retention = bench_report::sweep::retention(&warm.points);
+    assert!(
+        sweep_html(&warm)
+            .contains("cache half-life: longer than 30 s, the longest gap tried (it kept 100%)")
+    );
+    let md = bench_report::sweep::markdown(&warm);
+    assert!(md.contains("## Cache retention"), "{md}");
+    assert!(md.contains("| 30 | 80.0% | 100% | 160.0 | 4.00× |"), "{md}");
 }
 
 #[test]

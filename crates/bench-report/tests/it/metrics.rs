@@ -133,9 +133,31 @@ fn prefix_cache_ratio_is_token_weighted() {
     // Host share over turns reporting the split: 300 / 900.
     some_close(m.prefix_cache_host_share, 300.0 / 900.0);
 
+    // Every turn here is a first turn: there is no later-turn ratio.
+    assert_eq!(m.prefix_cache_later_ratio, None);
+
     let m = compute(&[c], &[], &info10()).summary.steady;
     assert_eq!(m.prefix_cache_ratio, None);
     assert_eq!(m.prefix_cache_host_share, None);
+}
+
+#[test]
+fn later_turn_cache_ratio_leaves_out_first_turns() {
+    // A first turn (its system prompt cached by another session) and two later turns.
+    let mut first = turn("a", 0, 0.0);
+    first.input_tokens = Some(1000);
+    first.cached_tokens = Some(1000);
+    let mut later = turn("a", 1, 1.0);
+    later.input_tokens = Some(2000);
+    later.cached_tokens = Some(1500);
+    let mut cold = turn("b", 1, 1.0);
+    cold.input_tokens = Some(2000);
+    cold.cached_tokens = Some(0);
+    let m = compute(&[first, later, cold], &[], &info10())
+        .summary
+        .steady;
+    some_close(m.prefix_cache_later_ratio, 1500.0 / 4000.0);
+    some_close(m.prefix_cache_ratio, 2500.0 / 5000.0);
 }
 
 #[test]

@@ -53,7 +53,9 @@ use std::sync::{Mutex, PoisonError};
 use bench_report::sweep::{
     FindMax, SweepAxis, SweepPoint, SweepStop, SweepSummary, fmt_level, saturation,
 };
-pub use bench_report::sweep::{GoodputOf, find_max_text, fmt_opt, markdown, stop_text};
+pub use bench_report::sweep::{
+    GoodputOf, find_max_text, fmt_opt, markdown, retention, retention_text, stop_text,
+};
 use bench_report::{CheckStatus, Metrics, RunResult, Verdict};
 use bench_rundir::StopBy;
 
@@ -120,6 +122,11 @@ impl Levels {
                         "{flag}: {item:?} is not a number of sessions per second"
                     ))
                 })?,
+                SweepAxis::IdleGap => parse_gap(item).ok_or_else(|| {
+                    invalid(format!(
+                        "{flag}: {item:?} is not an idle gap (write 0s, 500ms, 1.5s, 2m)"
+                    ))
+                })?,
             };
             values.push(v);
         }
@@ -132,7 +139,26 @@ impl Levels {
         if values.is_empty() {
             return Err(invalid(format!("{flag}: give at least one level")));
         }
+        if axis == SweepAxis::IdleGap && values.first().is_some_and(|v| *v != 0.0) {
+            return Err(invalid(format!(
+                "{flag}: the first gap must be 0s, the reference every other gap's cache share \
+                 is measured against (e.g. 0s,5s,15s,30s)"
+            )));
+        }
         for &v in &values {
+            if axis == SweepAxis::IdleGap {
+                if !v.is_finite() || !(0.0..=MAX_GAP_S).contains(&v) {
+                    return Err(invalid(format!(
+                        "{flag}: {v} s is not an idle gap within 0 s and {MAX_GAP_S} s"
+                    )));
+                }
+                if decimals(v).is_none_or(|d| d > 3) {
+                    return Err(invalid(format!(
+                        "{flag}: {v} s is finer than a millisecond"
+                    )));
+                }
+                continue;
+            }
             if !v.is_finite() || v <= 0.0 {
                 return Err(invalid(format!(
                     "{flag}: {} is not a positive level",
@@ -185,7 +211,28 @@ fn flag_of(axis: SweepAxis) -> &'static str {
     match axis {
         SweepAxis::Concurrency => "--concurrency",
         SweepAxis::Rate => "--rates",
+        SweepAxis::IdleGap => "--idle-gaps",
     }
+}
+
+/// The longest idle gap a sweep takes, s (a day).
+const MAX_GAP_S: f64 = 86_400.0;
+
+/// An idle gap as a user writes it: `5s`, `1.5s`, `500ms`, `2m`, or bare seconds (`5`), in
+/// seconds.
+fn parse_gap(item: &str) -> Option<f64> {
+    let (num, scale) = if let Some(n) = item.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = item.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = item.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (item, 1.0)
+    };
+    let v = num.trim().parse::<f64>().ok()? * scale;
+    // Rounded to the microsecond so that 0.1s and 100ms are one level.
+    (v.is_finite() && v >= 0.0).then(|| (v * 1e6).round() / 1e6)
 }
 
 /// The fewest decimals (0..=[`MAX_DECIMALS`]) that write `v` exactly, if any do.
@@ -237,6 +284,12 @@ impl Sweep {
     /// within 0–1 and a positive step (a whole number for concurrency).
     pub fn new(levels: Levels, search: Search) -> Result<Sweep, RunError> {
         let mut step = None;
+        if levels.axis == SweepAxis::IdleGap && matches!(search, Search::FindMax { .. }) {
+            return Err(invalid(
+                "--find-max searches a load level: an idle-gap sweep (--idle-gaps) plays every \
+                 gap at one load",
+            ));
+        }
         if let Search::FindMax {
             target, step: s, ..
         } = &search
@@ -268,12 +321,18 @@ impl Sweep {
                 }
                 (_, Some(x)) => x,
                 (SweepAxis::Concurrency, None) => 1.0,
-                (SweepAxis::Rate, None) => levels.smallest_gap().unwrap_or(1.0),
+                (_, None) => levels.smallest_gap().unwrap_or(1.0),
             };
             step = Some(st);
         }
         let decimals = match levels.axis {
             SweepAxis::Concurrency => 0,
+            SweepAxis::IdleGap => levels
+                .values
+                .iter()
+                .filter_map(|&v| decimals(v))
+                .max()
+                .unwrap_or(0),
             SweepAxis::Rate => levels
                 .values
                 .iter()
@@ -306,15 +365,17 @@ impl Sweep {
         self.levels.axis
     }
 
-    /// The name of a point's run directory in the sweep directory: `c0008` (concurrency) or
-    /// `r0000.50` (rate, as many decimals as the levels need, two at least), zero-padded so
-    /// the names sort by level.
+    /// The name of a point's run directory in the sweep directory: `c0008` (concurrency),
+    /// `r0000.50` (rate, as many decimals as the levels need, two at least) or `g00005s` (idle
+    /// gap, seconds, as many decimals as the gaps need), zero-padded so the names sort by level.
     pub fn dir_name(&self, level: f64) -> String {
+        let d = self.decimals;
         match self.levels.axis {
             SweepAxis::Concurrency => format!("c{:04}", level.round() as u64),
-            SweepAxis::Rate => {
-                let d = self.decimals;
-                format!("r{level:0w$.d$}", w = 5 + d)
+            SweepAxis::Rate => format!("r{level:0w$.d$}", w = 5 + d),
+            SweepAxis::IdleGap => {
+                let w = if d == 0 { 5 } else { 6 + d };
+                format!("g{level:0w$.d$}s")
             }
         }
     }
@@ -479,9 +540,15 @@ impl Bisection {
 /// `base` at one level: `Concurrency` makes it a closed loop of `level` sessions (the plan's
 /// default pool, 2 × the concurrency, follows; a ramp-up is kept); `Rate` an open loop
 /// starting `level` sessions per second (the arrival process, its seed and the in-flight cap
-/// are kept; a closed base becomes Poisson arrivals seeded by the plan's seed).
+/// are kept; a closed base becomes Poisson arrivals seeded by the plan's seed); `IdleGap` keeps
+/// the load and makes every later turn wait `level` seconds ([`bench_runner::ToolWaits::Fixed`]).
+/// Each point's plays carry a cache-busting tag of their own
+/// ([`bench_runner::RequestShape::cache_bust_tag`]).
 pub fn spec_at(base: &RunSpec, axis: SweepAxis, level: f64) -> RunSpec {
     let mut spec = base.clone();
+    // Every point replays the same plan: its plays are marked so that none hits the cache an
+    // earlier point warmed (a shared system prompt stays shared: the mark follows it).
+    spec.request.cache_bust_tag = Some(format!("sweep {} {}", axis.as_str(), fmt_level(level)));
     match axis {
         SweepAxis::Concurrency => {
             let c = level.round().clamp(1.0, f64::from(u32::MAX)) as u32;
@@ -515,6 +582,11 @@ pub fn spec_at(base: &RunSpec, axis: SweepAxis, level: f64) -> RunSpec {
                     },
                     max_in_flight: None,
                 },
+            };
+        }
+        SweepAxis::IdleGap => {
+            spec.request.tool_waits = bench_runner::ToolWaits::Fixed {
+                wait: std::time::Duration::from_secs_f64(level.clamp(0.0, MAX_GAP_S)),
             };
         }
     }
@@ -587,6 +659,8 @@ pub fn point_from_result(
         verdict,
         client_bound,
         failed_checks,
+        later_cache_ratio: result.overall.prefix_cache_later_ratio,
+        ttft_later_p50_ms: result.overall.ttft_later_turns_ms.p50,
     };
     (point, notes)
 }
@@ -710,6 +784,7 @@ where
         points: Vec::new(),
         stop: SweepStop::Running,
         find_max: bisection.as_ref().map(Bisection::result),
+        retention: None,
         config,
     };
     let mut walk = sweep.levels.values.iter().copied();
@@ -733,6 +808,8 @@ where
                         summary.find_max = Some(b.result());
                         None
                     }
+                    // Every gap is played at one load: saturation is not a reason to stop.
+                    None if sweep.axis() == SweepAxis::IdleGap => None,
                     None => {
                         saturation(&summary.points).map(|reason| SweepStop::Saturated { reason })
                     }
@@ -751,6 +828,9 @@ where
             }
         };
         if ran {
+            if sweep.axis() == SweepAxis::IdleGap {
+                summary.retention = retention(&summary.points);
+            }
             after_point(&summary);
         }
         if let Some(stop) = stop {
@@ -1069,7 +1149,91 @@ mod tests {
             verdict: Verdict::Valid,
             client_bound: false,
             failed_checks: Vec::new(),
+            later_cache_ratio: None,
+            ttft_later_p50_ms: None,
         }
+    }
+
+    #[test]
+    fn idle_gap_sweeps_play_every_gap_and_name_the_half_life() {
+        use SweepAxis::IdleGap as G;
+        assert_eq!(
+            levels(G, "0s,500ms,1.5s, 2m,300").unwrap(),
+            [0.0, 0.5, 1.5, 120.0, 300.0]
+        );
+        for (text, want) in [
+            (
+                "5s,10s",
+                "--idle-gaps: the first gap must be 0s, the reference every other gap's cache \
+                 share is measured against (e.g. 0s,5s,15s,30s)",
+            ),
+            (
+                "0s,5x",
+                "--idle-gaps: \"5x\" is not an idle gap (write 0s, 500ms, 1.5s, 2m)",
+            ),
+            (
+                "0s,-1s",
+                "--idle-gaps: \"-1s\" is not an idle gap (write 0s, 500ms, 1.5s, 2m)",
+            ),
+            (
+                "0,5s,5000ms",
+                "--idle-gaps: levels must be strictly increasing (5 then 5)",
+            ),
+            (
+                "0,0.0001s",
+                "--idle-gaps: 0.0001 s is finer than a millisecond",
+            ),
+            (
+                "0,2d",
+                "--idle-gaps: \"2d\" is not an idle gap (write 0s, 500ms, 1.5s, 2m)",
+            ),
+        ] {
+            assert_eq!(levels(G, text).unwrap_err(), want, "{text:?}");
+        }
+        let fm = Search::FindMax {
+            target: 0.9,
+            of: GoodputOf::Turns,
+            step: None,
+        };
+        let e = Sweep::new(Levels::parse(G, "0,5").unwrap(), fm).unwrap_err();
+        assert!(
+            e.to_string().contains("--find-max searches a load level"),
+            "{e}"
+        );
+
+        let s = Sweep::new(Levels::parse(G, "0s,0.5s,2s,30s").unwrap(), Search::Walk).unwrap();
+        let base = RunSpec::default();
+        let at = spec_at(&base, G, 2.0);
+        assert_eq!(
+            at.request.tool_waits,
+            bench_runner::ToolWaits::Fixed {
+                wait: std::time::Duration::from_secs(2)
+            }
+        );
+        assert_eq!(at.load, base.load, "the load is the base's at every gap");
+        let mut seen = Vec::new();
+        let summary = block_on(run(
+            &s,
+            serde_json::Value::Null,
+            |gap, name| {
+                seen.push(name);
+                // Throughput flat while TTFT grows (saturation would stop a load sweep).
+                let mut p = point(gap.max(1.0), 100.0, 10.0 * (1.0 + gap), None);
+                p.level = gap;
+                p.later_cache_ratio = Some(if gap < 1.0 { 0.8 } else { 0.2 });
+                p.ttft_later_p50_ms = Some(10.0 * (1.0 + gap));
+                async move { PointEnd::Done(p) }
+            },
+            |sum| assert!(sum.retention.is_some()),
+        ));
+        assert_eq!(seen, ["g00000.0s", "g00000.5s", "g00002.0s", "g00030.0s"]);
+        assert_eq!(summary.stop, SweepStop::Completed, "every gap is played");
+        let r = summary.retention.unwrap();
+        // Kept 1 at 0.5 s, 0.25 at 2 s: half gone at 0.5 + 0.5/0.75 × 1.5 = 1.5 s.
+        assert!((r.half_life_s.unwrap() - 1.5).abs() < 1e-9);
+        assert_eq!(r.gaps[3].ttft_vs_reference, Some(31.0));
+        let whole = Sweep::new(Levels::parse(G, "0,5,15").unwrap(), Search::Walk).unwrap();
+        assert_eq!(whole.dir_name(5.0), "g00005s");
     }
 
     fn block_on<F: Future>(f: F) -> F::Output {

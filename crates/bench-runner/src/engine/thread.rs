@@ -130,9 +130,14 @@ pub(super) fn play_marker(
     replay: u32,
     warmup: bool,
 ) -> Option<String> {
-    match (cfg.request.cache_bust, warmup) {
-        (true, true) => Some(format!("[bench warmup {session_id}]")),
-        (true, false) if replay > 0 => Some(format!("[bench replay {session_id}#{replay}]")),
+    if !cfg.request.cache_bust {
+        return None;
+    }
+    match (&cfg.request.cache_bust_tag, warmup) {
+        (None, true) => Some(format!("[bench warmup {session_id}]")),
+        (Some(tag), true) => Some(format!("[bench warmup {tag} {session_id}]")),
+        (None, false) if replay > 0 => Some(format!("[bench replay {session_id}#{replay}]")),
+        (Some(tag), false) => Some(format!("[bench {tag} {session_id}#{replay}]")),
         _ => None,
     }
 }

@@ -697,6 +697,36 @@ fn progress_is_reported_while_planning() {
     let (done, total) = last_count.unwrap();
     assert_eq!(done, total, "counting ends at 100%");
     assert!(matches!(seen.last(), Some(PlanProgress::Shaping)));
+    assert_eq!(seen.first(), Some(&PlanProgress::Started));
+}
+
+#[test]
+fn progress_lines_count_from_each_plan_start() {
+    use bench_workload::plan::{PlanProgress, ProgressFn};
+    use std::sync::Mutex;
+    // One callback for several plans (a sweep's points): a quick plan started long after the
+    // callback was made prints nothing, as a quick plan alone would.
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let l2 = lines.clone();
+    let p = ProgressFn::lines_every(std::time::Duration::from_millis(40), move |l| {
+        l2.lock().unwrap().push(l)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    (p.0)(PlanProgress::Started);
+    (p.0)(PlanProgress::Shaping);
+    assert!(
+        lines.lock().unwrap().is_empty(),
+        "{:?}",
+        lines.lock().unwrap()
+    );
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    (p.0)(PlanProgress::Shaping);
+    let lines = lines.lock().unwrap();
+    assert_eq!(lines.len(), 1);
+    assert!(
+        lines[0].starts_with("selecting and encoding ("),
+        "{lines:?}"
+    );
 }
 
 #[test]
