@@ -292,6 +292,13 @@ pub struct RunCmd {
     /// SGLang's page size is usually 1).
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     pub cache_block_size: Option<u32>,
+    /// Price of one GPU-hour, USD: result.json `cost` gives $ per million output tokens, per
+    /// turn and per session over the measured phase (× --gpus).
+    #[arg(long, value_name = "USD")]
+    pub cost_per_hour: Option<f64>,
+    /// GPUs the deployment holds, for --cost-per-hour [default: 1].
+    #[arg(long, value_name = "N", requires = "cost_per_hour", value_parser = clap::value_parser!(u32).range(1..))]
+    pub gpus: Option<u32>,
     /// Run directory (default: `runs/<UTC time>-<pid>`).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
@@ -316,6 +323,12 @@ pub struct RunCmd {
     /// Do not scrape /metrics.
     #[arg(long)]
     pub no_metrics: bool,
+    /// Also scrape this Prometheus endpoint at the same times (repeatable), e.g. a DCGM
+    /// exporter beside the server: http://gpu-node:9400/metrics. Each is summarized in
+    /// result.json `scrape_targets`; DCGM power or energy gives `energy` (J per turn, per
+    /// session) and the report's power chart. One that fails is dropped with a warning.
+    #[arg(long = "scrape", value_name = "URL")]
+    pub scrape_targets: Vec<String>,
     /// After the first Ctrl-C or SIGTERM, turns in flight get this long to finish before they
     /// are cut (a second signal cuts them at once).
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
@@ -561,6 +574,9 @@ pub const SPEC_KEYS: &[(&str, &[&str])] = &[
     ("retry_backoff", &["/retry/backoff"]),
     ("retry_max_wait", &["/retry/max_wait"]),
     ("warmup_sessions", &["/warmup_sessions"]),
+    ("scrape_targets", &["/scrape_targets"]),
+    ("cost_per_hour", &["/judge/cost"]),
+    ("gpus", &["/judge/cost"]),
     ("metrics_interval", &["/scrape"]),
     ("no_metrics", &["/scrape"]),
     ("backend", &["/backend"]),
@@ -847,6 +863,7 @@ impl RunCmd {
                 max_wait: self.retry_max_wait,
             },
             warmup_sessions: self.warmup_sessions,
+            scrape_targets: self.scrape_targets.clone(),
             scrape: if self.no_metrics || self.metrics_interval.is_zero() {
                 Scraping::Off
             } else {
@@ -867,6 +884,10 @@ impl RunCmd {
                 session_slo: self.session_slo.clone(),
                 require_valid: self.require_valid,
                 cache_block_size: self.cache_block_size,
+                cost: self.cost_per_hour.map(|usd| bench_report::cost::CostModel {
+                    usd_per_gpu_hour: usd,
+                    gpus: self.gpus.unwrap_or(1),
+                }),
             },
             exports: Exports {
                 result_line: self.output.as_deref().map(absolute),

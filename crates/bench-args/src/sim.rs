@@ -149,6 +149,11 @@ pub struct SimArgs {
     /// Be an unknown OpenAI-compatible server: /metrics answers 404 (no engine's names).
     #[arg(long)]
     pub no_metrics: bool,
+    /// /metrics also serves one GPU as a DCGM exporter does: DCGM_FI_DEV_POWER_USAGE (W: 70
+    /// idle, up to 350 with the batch full) and DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ), for
+    /// testing energy figures (bench run --scrape).
+    #[arg(long, conflicts_with = "no_metrics")]
+    pub gpu_metrics: bool,
     /// Chat completions ignore max_completion_tokens and honour only max_tokens (answering
     /// --default-max-tokens otherwise), as llama-cpp-python's server does.
     #[arg(long)]

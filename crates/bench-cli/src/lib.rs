@@ -68,6 +68,7 @@ pub async fn run_sim(args: SimArgs) -> Result<(), CliError> {
     config.request_log = args.request_log.clone();
     config.log_text = args.log_text;
     config.metrics = !args.no_metrics;
+    config.gpu_metrics = args.gpu_metrics;
     config.ignore_max_completion_tokens = args.ignore_max_completion_tokens;
     config.session_header = args.session_header.clone();
     config.worker_id = args.worker_id.clone();

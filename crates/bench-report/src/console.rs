@@ -263,6 +263,41 @@ impl RunResult {
                 pct(s.prefix_cache_ratio)
             ));
         }
+        for t in &self.scrape_targets {
+            let s = &t.summary;
+            let mut parts = vec![format!("{} scrapes", s.scrapes)];
+            if s.backend != bench_telemetry::Backend::Unknown {
+                parts.push(format!("{} metrics", s.backend.name()));
+            }
+            if let Some(w) = s.gpu_power_mean_w {
+                parts.push(format!("GPU power mean {w:.0} W"));
+            }
+            line(format!("scraped        {}: {}", t.target, parts.join(", ")));
+        }
+        if let Some(e) = &self.energy {
+            line(format!(
+                "energy         {:.0} J over the measured phase ({}): {} J/turn, {} J/session, {} J/output token",
+                e.joules,
+                match e.method {
+                    bench_telemetry::EnergyMethod::Counter => "DCGM energy counter",
+                    bench_telemetry::EnergyMethod::PowerIntegrated => "DCGM power integrated",
+                },
+                num(e.j_per_turn, 1),
+                num(e.j_per_session, 1),
+                num(e.j_per_output_token, 3)
+            ));
+        }
+        if let Some(c) = &self.cost {
+            line(format!(
+                "cost           ${:.4} over the measured phase ({} GPU × ${}/h): ${}/M output tokens, ${}/turn, ${}/session",
+                c.usd,
+                c.gpus,
+                c.usd_per_gpu_hour,
+                num(c.usd_per_m_output_tokens, 3),
+                num(c.usd_per_turn, 6),
+                num(c.usd_per_session, 5)
+            ));
+        }
         out
     }
 }

@@ -25,6 +25,9 @@ pub struct Judge {
     /// does not say (vLLM's does).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_block_size: Option<u32>,
+    /// The deployment's price, for `result.json` `cost` (`--cost-per-hour`, `--gpus`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::cost::CostModel>,
 }
 
 impl Default for Judge {
@@ -36,6 +39,7 @@ impl Default for Judge {
             session_slo: None,
             require_valid: false,
             cache_block_size: None,
+            cost: None,
         }
     }
 }

@@ -15,6 +15,7 @@
 //! `docs/result.schema.json`.
 
 pub mod compare;
+pub mod cost;
 pub mod export;
 pub mod grade;
 pub mod graph;

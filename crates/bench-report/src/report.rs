@@ -47,4 +47,8 @@ pub struct ServerPoint {
     /// Prefix-cache hit rate since the previous scrape (0–1): the counters' deltas where the
     /// server has counters, else its own hit-rate gauge.
     pub prefix_hit_rate: Option<f64>,
+    /// GPU power at that time, W: DCGM's, summed over the `--scrape` targets that report it
+    /// (else the server's own `/metrics`, when it does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_power_w: Option<f64>,
 }

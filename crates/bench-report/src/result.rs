@@ -39,6 +39,11 @@ pub struct RunInfo {
     /// The client's own CPU over the run, when measured: `result.json`'s `client` and the
     /// `client_cpu` check.
     pub client: Option<crate::validity::ClientCpu>,
+    /// Each `--scrape` target's summary ([`bench_telemetry::summarize_targets`]).
+    pub targets: Vec<bench_telemetry::TargetSummary>,
+    /// The GPUs' energy over the measured run, when a source reported it
+    /// ([`bench_telemetry::gpu_energy`]).
+    pub energy: Option<bench_telemetry::GpuEnergy>,
     /// Checks the caller adds to the computed ones (a merged run's `shards`).
     pub checks: Vec<crate::validity::Check>,
 }
@@ -53,8 +58,24 @@ impl Default for RunInfo {
             open_loop: false,
             server: None,
             client: None,
+            targets: Vec::new(),
+            energy: None,
             checks: Vec::new(),
         }
+    }
+}
+
+impl RunInfo {
+    /// `server`, `targets` and `energy` from a run's scrapes (the server's own `/metrics` and
+    /// its `--scrape` targets').
+    pub fn with_scrapes(mut self, scrapes: &[bench_telemetry::Scrape]) -> RunInfo {
+        self.server = scrapes
+            .iter()
+            .any(|s| s.target.is_none() && s.phase.is_measured())
+            .then(|| bench_telemetry::summarize(scrapes));
+        self.targets = bench_telemetry::summarize_targets(scrapes);
+        self.energy = bench_telemetry::gpu_energy(scrapes);
+        self
     }
 }
 
@@ -91,6 +112,17 @@ pub struct RunResult {
     /// each one's critical path, and TTFT by depth (absent when every session is one chain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graph: Option<crate::graph::GraphBreakdown>,
+    /// Each `--scrape` target's metrics over the measured run, summarized as `server` is
+    /// (absent without `--scrape`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scrape_targets: Vec<bench_telemetry::TargetSummary>,
+    /// The GPUs' energy over the measured phase per turn, session and output token (absent
+    /// when no scraped source reported DCGM power or energy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<crate::cost::EnergySummary>,
+    /// The measured phase at the deployment's price (absent without `--cost-per-hour`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::cost::CostSummary>,
     /// The client's own CPU over the measured phase (filled by the caller, e.g. `bench_run`;
     /// absent when not read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -520,6 +552,9 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
         summary,
         overall: Metrics::from_turns(&ok, overall_span, slo),
         server: info.server.clone(),
+        scrape_targets: info.targets.clone(),
+        energy: None,
+        cost: None,
         grades: Vec::new(),
         sessions: crate::sessions::SessionMetrics::compute(
             records,
@@ -542,6 +577,17 @@ pub fn compute(records: &[TurnRecord], sessions: &[SessionRecord], info: &RunInf
             concurrency_histogram,
         },
     };
+    let d = crate::cost::Denominators {
+        turns: result.overall.turns,
+        output_tokens: ok
+            .iter()
+            .filter_map(|r| r.output_tokens)
+            .fold(0.0, |a, n| a + n as f64),
+        sessions: result.sessions.as_ref().map_or(0, |s| s.completed),
+        window_s: result.overall.span_s,
+    };
+    result.energy = crate::cost::energy(info.energy.as_ref(), d);
+    result.cost = crate::cost::cost(info.judge.cost.as_ref(), d);
     result.assess_validity(records, info.open_loop, info.judge.cache_block_size);
     if let Some(v) = result.validity.as_mut() {
         for c in &info.checks {

@@ -27,6 +27,8 @@ pub(crate) struct Prepared {
     plan: Arc<Plan>,
     client: Client,
     scrape_client: Client,
+    /// The `--scrape` targets, each with its own client.
+    scrape_targets: Vec<scrape::ScrapeTarget>,
     cfg: bench_runner::RunConfig,
     events: Arc<Events>,
     writer: Arc<RunDirWriter>,
@@ -111,11 +113,26 @@ pub(crate) async fn prepare(
     )));
     let mut config_echo = serde_json::to_value(&run_json).unwrap_or_default();
     options.secrets.scrub_json(&mut config_echo);
+    let scrape_targets = spec
+        .scrape_targets
+        .iter()
+        .map(|url| {
+            let (base, path) = crate::spec::scrape_target(url)?;
+            let client = Client::new(bench_transport::ClientConfig::new(base))
+                .map_err(|e| RunError::Invalid(format!("--scrape {url}: {e}")))?;
+            Ok(scrape::ScrapeTarget {
+                client,
+                path,
+                url: url.clone(),
+            })
+        })
+        .collect::<Result<Vec<_>, RunError>>()?;
     Ok(Prepared {
         dir,
         plan: Arc::new(plan),
         client: found.client,
         scrape_client: found.scrape_client,
+        scrape_targets,
         cfg: found.cfg,
         events,
         writer,
@@ -498,30 +515,36 @@ impl Prepared {
             ev.emit(LifecycleEvent::Heartbeat(h))
         });
         let phase = Arc::new(scrape::PhaseTracker::default());
-        let scraper = match spec.scrape {
-            Scraping::Off => None,
-            Scraping::Every(interval) => {
-                let ev = self.events.clone();
-                let opts = options.clone();
-                let disabled = move |reason: &str| {
-                    opts.notice(Notice::Warning(format!(
-                        "/metrics scraping disabled: {reason}"
-                    )));
-                    ev.emit(LifecycleEvent::ScrapeDisabled {
-                        reason: reason.to_owned(),
-                    });
-                };
-                let s = scrape::Scraper::start(
-                    self.scrape_client.clone(),
-                    interval,
-                    self.cfg.time_origin,
-                    &self.dir,
-                    phase.clone(),
-                    disabled,
-                )
-                .await;
-                Some(s)
-            }
+        let (server, interval) = match spec.scrape {
+            Scraping::Off => (None, Scraping::default_interval()),
+            Scraping::Every(interval) => (Some(self.scrape_client.clone()), interval),
+        };
+        let scraper = if server.is_some() || !self.scrape_targets.is_empty() {
+            let ev = self.events.clone();
+            let opts = options.clone();
+            let disabled = move |reason: &str| {
+                opts.notice(Notice::Warning(if reason.starts_with("--scrape ") {
+                    format!("scrape target disabled: {reason}")
+                } else {
+                    format!("/metrics scraping disabled: {reason}")
+                }));
+                ev.emit(LifecycleEvent::ScrapeDisabled {
+                    reason: reason.to_owned(),
+                });
+            };
+            let s = scrape::Scraper::start_with(
+                server,
+                self.scrape_targets.clone(),
+                interval,
+                self.cfg.time_origin,
+                &self.dir,
+                phase.clone(),
+                disabled,
+            )
+            .await;
+            Some(s)
+        } else {
+            None
         };
         let cpu = Arc::new(cpu::CpuMeter::new());
         let observers: Vec<Arc<dyn Observer>> = vec![
@@ -577,13 +600,10 @@ fn run_info(
         duration_s,
         config,
         open_loop: cfg.arrival.is_some(),
-        server: scrapes
-            .iter()
-            .any(|s| s.phase.is_measured())
-            .then(|| bench_telemetry::summarize(scrapes)),
         client,
-        checks: Vec::new(),
+        ..bench_report::RunInfo::default()
     }
+    .with_scrapes(scrapes)
 }
 
 /// What [`RunHandle::wait`] returns, every string scrubbed of secrets.

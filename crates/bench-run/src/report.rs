@@ -241,17 +241,15 @@ pub fn recompute(
         },
         config,
         open_loop,
-        server: scrapes
-            .iter()
-            .any(|s| s.phase.is_measured())
-            .then(|| bench_telemetry::summarize(scrapes)),
         client,
         checks: run
             .and_then(|r| r.merged.as_ref())
             .map(shards_check)
             .into_iter()
             .collect(),
-    };
+        ..RunInfo::default()
+    }
+    .with_scrapes(scrapes);
     bench_report::compute(&kept, &kept_sessions, &info)
 }
 
@@ -299,16 +297,34 @@ fn shards_check(m: &bench_rundir::Merged) -> bench_report::Check {
     }
 }
 
-/// The scrapes as the report plots them: per-interval prefix-cache hit rate from the
-/// counters' deltas (else the server's own gauge).
+/// The scrapes as the report plots them, one point per scrape time: the server's own figures
+/// with a per-interval prefix-cache hit rate from the counters' deltas (else the server's own
+/// gauge), and the GPU power of the `--scrape` targets taken at the same time (else the
+/// server's, when its `/metrics` reports DCGM power).
 pub fn server_points(scrapes: &[Scrape]) -> Vec<ServerPoint> {
-    let mut prev: Option<(f64, f64)> = None;
-    scrapes
+    let targets_have_power = scrapes
         .iter()
-        .map(|s| {
+        .any(|s| s.target.is_some() && s.snapshot.gpu_power_w.is_some());
+    let mut prev: Option<(f64, f64)> = None;
+    let mut out: Vec<ServerPoint> = Vec::new();
+    // Every source is scraped at one tick and recorded with that tick's time, one after another.
+    for group in scrapes.chunk_by(|a, b| a.t_s == b.t_s) {
+        let own = group.iter().find(|s| s.target.is_none());
+        let power: Vec<f64> = group
+            .iter()
+            .filter(|s| s.target.is_some() == targets_have_power)
+            .filter_map(|s| s.snapshot.gpu_power_w)
+            .collect();
+        let mut point = ServerPoint {
+            t_s: group[0].t_s,
+            measured: group[0].phase.is_measured(),
+            gpu_power_w: (!power.is_empty()).then(|| power.iter().sum()),
+            ..ServerPoint::default()
+        };
+        if let Some(s) = own {
             let snap = &s.snapshot;
             let counters = snap.prefix_cache_queries.zip(snap.prefix_cache_hits);
-            let rate = match (prev, counters) {
+            point.prefix_hit_rate = match (prev, counters) {
                 (Some((q0, h0)), Some((q1, h1))) if q1 > q0 && h1 >= h0 => {
                     Some(((h1 - h0) / (q1 - q0)).clamp(0.0, 1.0))
                 }
@@ -318,16 +334,13 @@ pub fn server_points(scrapes: &[Scrape]) -> Vec<ServerPoint> {
             if counters.is_some() {
                 prev = counters;
             }
-            ServerPoint {
-                t_s: s.t_s,
-                measured: s.phase.is_measured(),
-                kv_usage: snap.kv_usage,
-                waiting: snap.waiting,
-                running: snap.running,
-                prefix_hit_rate: rate,
-            }
-        })
-        .collect()
+            point.kv_usage = snap.kv_usage;
+            point.waiting = snap.waiting;
+            point.running = snap.running;
+        }
+        out.push(point);
+    }
+    out
 }
 
 /// The one rule for secret names (JSON keys here, request headers everywhere else) and the

@@ -50,6 +50,18 @@ pub struct Scraper {
     task: tokio::task::JoinHandle<Vec<Scrape>>,
 }
 
+/// A `--scrape` endpoint: scraped at the same times as the server's `/metrics`, its records
+/// marked with its URL.
+#[derive(Debug, Clone)]
+pub struct ScrapeTarget {
+    /// A client of its base URL.
+    pub client: Client,
+    /// The path it serves its metrics on.
+    pub path: String,
+    /// Its URL, as records and messages name it.
+    pub url: String,
+}
+
 impl Scraper {
     /// Takes the baseline scrape now, then scrapes every `interval` in the background.
     /// `on_disabled` is called once if scraping stops working. `t_s` counts from now plus
@@ -62,14 +74,52 @@ impl Scraper {
         phase: Arc<PhaseTracker>,
         on_disabled: impl Fn(&str) + Send + 'static,
     ) -> Scraper {
+        Self::start_with(
+            Some(client),
+            Vec::new(),
+            interval,
+            origin,
+            dir,
+            phase,
+            on_disabled,
+        )
+        .await
+    }
+
+    /// [`Scraper::start`] for the server's `/metrics` (`server`, when scraped) and each
+    /// `--scrape` target, all at the same times; a source that fails is disabled on its own
+    /// (`on_disabled` once for each, naming a target by its URL), the others go on.
+    pub async fn start_with(
+        server: Option<Client>,
+        targets: Vec<ScrapeTarget>,
+        interval: Duration,
+        origin: Duration,
+        dir: &Path,
+        phase: Arc<PhaseTracker>,
+        on_disabled: impl Fn(&str) + Send + 'static,
+    ) -> Scraper {
         let (stop, mut stopped) = watch::channel(false);
+        let mut sources: Vec<Source> = server
+            .map(|client| Source {
+                client,
+                path: "/metrics".to_owned(),
+                target: None,
+                disabled: false,
+            })
+            .into_iter()
+            .collect();
+        sources.extend(targets.into_iter().map(|t| Source {
+            client: t.client,
+            path: t.path,
+            target: Some(t.url),
+            disabled: false,
+        }));
         let mut state = Loop {
-            client,
+            sources,
             file: jsonl::open_append(&dir.join(files::SCRAPES)).ok(),
             start: Instant::now(),
             origin,
             scrapes: Vec::new(),
-            disabled: false,
             on_disabled: Box::new(on_disabled),
         };
         state.scrape(ScrapePhase::Baseline).await;
@@ -77,7 +127,7 @@ impl Scraper {
             let mut tick =
                 tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            while !state.disabled {
+            while state.sources.iter().any(|s| !s.disabled) {
                 tokio::select! {
                     _ = tick.tick() => state.scrape(ScrapePhase::during(phase.get())).await,
                     _ = stopped.changed() => break,
@@ -96,56 +146,83 @@ impl Scraper {
     }
 }
 
-struct Loop {
+/// One endpoint the loop scrapes.
+struct Source {
     client: Client,
+    path: String,
+    /// `None`: the server's own `/metrics`.
+    target: Option<String>,
+    disabled: bool,
+}
+
+struct Loop {
+    sources: Vec<Source>,
     file: Option<std::fs::File>,
     start: Instant,
     origin: Duration,
     scrapes: Vec<Scrape>,
-    disabled: bool,
     on_disabled: Box<dyn Fn(&str) + Send>,
 }
 
-impl Loop {
-    async fn scrape(&mut self, phase: ScrapePhase) {
-        if self.disabled {
-            return;
-        }
-        let t_s = (self.origin + self.start.elapsed()).as_secs_f64();
-        let utc = bench_report::export::utc_now();
-        let snapshot = match self
+impl Source {
+    /// One scrape of this source, or why it is to be disabled.
+    async fn get(&self) -> Result<bench_telemetry::Snapshot, String> {
+        let what = match &self.target {
+            None => "GET /metrics".to_owned(),
+            Some(url) => format!("--scrape {url}"),
+        };
+        match self
             .client
-            .get("/metrics", Some(Duration::from_secs(10)))
+            .get(&self.path, Some(Duration::from_secs(10)))
             .await
         {
             Ok(r) if r.status.is_success() => {
-                bench_telemetry::parse(&String::from_utf8_lossy(&r.body)).map_err(|e| e.to_string())
+                bench_telemetry::parse(&String::from_utf8_lossy(&r.body))
+                    .map_err(|e| format!("{what}: {e}"))
             }
-            Ok(r) if r.status == http::StatusCode::NOT_FOUND => Err(
+            Ok(r) if r.status == http::StatusCode::NOT_FOUND && self.target.is_none() => Err(
                 "the server has no /metrics (HTTP 404): the report shows the client's figures \
                  only, without the server's (KV usage, queue, its prefix-cache counters); \
                  --no-metrics says so up front"
                     .to_owned(),
             ),
-            Ok(r) => Err(format!("GET /metrics answered HTTP {}", r.status.as_u16())),
-            Err(e) => Err(format!("GET /metrics: {e}")),
-        };
-        match snapshot {
-            Ok(snapshot) => {
-                let s = Scrape {
-                    t_s,
-                    utc,
-                    phase,
-                    snapshot,
-                };
-                if let Some(f) = self.file.as_mut() {
-                    let _ = jsonl::append(f, &s);
-                }
-                self.scrapes.push(s);
+            Ok(r) if self.target.is_none() => {
+                Err(format!("GET /metrics answered HTTP {}", r.status.as_u16()))
             }
-            Err(reason) => {
-                self.disabled = true;
-                (self.on_disabled)(&reason);
+            Ok(r) => Err(format!("{what} answered HTTP {}", r.status.as_u16())),
+            Err(e) => Err(format!("{what}: {e}")),
+        }
+    }
+}
+
+impl Loop {
+    async fn scrape(&mut self, phase: ScrapePhase) {
+        let t_s = (self.origin + self.start.elapsed()).as_secs_f64();
+        let utc = bench_report::export::utc_now();
+        let live: Vec<usize> = (0..self.sources.len())
+            .filter(|&i| !self.sources[i].disabled)
+            .collect();
+        // Every source at once: a slow exporter does not delay the server's scrape.
+        let got = futures_util::future::join_all(live.iter().map(|&i| self.sources[i].get())).await;
+        for (i, snapshot) in live.into_iter().zip(got) {
+            match snapshot {
+                Ok(snapshot) => {
+                    let s = Scrape {
+                        t_s,
+                        utc: utc.clone(),
+                        phase,
+                        snapshot,
+                        target: self.sources[i].target.clone(),
+                    };
+                    if let Some(f) = self.file.as_mut() {
+                        let _ = jsonl::append(f, &s);
+                    }
+                    self.scrapes.push(s);
+                }
+                Err(reason) => {
+                    self.sources[i].disabled = true;
+                    (self.on_disabled)(&reason);
+                }
             }
         }
     }

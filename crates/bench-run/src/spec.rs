@@ -40,6 +40,11 @@ pub struct RunSpec {
     pub warmup_sessions: u32,
     /// `/metrics` scraping.
     pub scrape: Scraping,
+    /// More Prometheus endpoints scraped beside the server's `/metrics` at the same times
+    /// (`--scrape URL`, e.g. a DCGM exporter's `http://gpu-node:9400/metrics`): each summarized
+    /// in `result.json` `scrape_targets`, their GPU power and energy in `energy`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scrape_targets: Vec<String>,
     /// The server family: detected, or named.
     pub backend: BackendChoice,
     /// Empty the server's prefix cache before the run (fails when it cannot).
@@ -302,6 +307,32 @@ impl Sampling {
     }
 }
 
+/// A `--scrape` URL split into the base URL a client connects to and the path it gets:
+/// `http(s)://host:port/path` (path `/metrics` when none is given); credentials are refused
+/// (the URL is recorded in `run.json` and the result).
+pub fn scrape_target(url: &str) -> Result<(String, String), RunError> {
+    let bad = |why: &str| invalid(format!("--scrape {url:?}: {why}"));
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| bad("give an http:// or https:// URL, e.g. http://gpu-node:9400/metrics"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/metrics"),
+    };
+    if authority.is_empty() {
+        return Err(bad("no host"));
+    }
+    if authority.contains('@') {
+        return Err(bad(
+            "credentials in the URL (user:pass@) would be recorded with the run: scrape an \
+             endpoint that needs none",
+        ));
+    }
+    let scheme = &url[..url.len() - rest.len()];
+    Ok((format!("{scheme}{authority}"), path.to_owned()))
+}
+
 /// `/metrics` scraping.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -314,7 +345,14 @@ pub enum Scraping {
 
 impl Default for Scraping {
     fn default() -> Self {
-        Scraping::Every(Duration::from_secs(5))
+        Scraping::Every(Scraping::default_interval())
+    }
+}
+
+impl Scraping {
+    /// Every 5 s (also the `--scrape` targets' interval when the server is not scraped).
+    pub fn default_interval() -> Duration {
+        Duration::from_secs(5)
     }
 }
 
@@ -396,6 +434,13 @@ impl RunSpec {
         if let Some(s) = &j.session_slo {
             s.parse::<bench_report::SessionSlo>()
                 .map_err(|e| invalid(format!("session_slo (--session-slo): {e}")))?;
+        }
+        if let Some(c) = &j.cost {
+            c.validate()
+                .map_err(|e| invalid(format!("judge.cost: {e}")))?;
+        }
+        for t in &self.scrape_targets {
+            scrape_target(t)?;
         }
         match self.load {
             Load::Closed { concurrency: 0, .. } => {

@@ -98,6 +98,10 @@ pub struct SimConfig {
     /// server without Prometheus metrics does, and `/v1/models` carries no engine's mark:
     /// a client sees an unknown OpenAI-compatible server. Default true.
     pub metrics: bool,
+    /// `/metrics` also serves one GPU as a DCGM exporter names it:
+    /// `DCGM_FI_DEV_POWER_USAGE` (W) and `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` (mJ since
+    /// start), the power following the engine's load ([`crate::gpu`]). Default false.
+    pub gpu_metrics: bool,
     /// Chat completions ignore `max_completion_tokens` and honour only `max_tokens` (a
     /// request with neither, or with `max_completion_tokens` alone, answers
     /// [`SimConfig::default_max_tokens`]), as llama-cpp-python's server does. Default false.
@@ -141,6 +145,7 @@ impl Default for SimConfig {
             tokenizer: None,
             request_log: None,
             log_text: false,
+            gpu_metrics: false,
             metrics: true,
             ignore_max_completion_tokens: false,
             session_header: "x-session-id".to_owned(),

@@ -105,6 +105,9 @@ pub(crate) struct State {
     /// Responses API answers remembered for `previous_response_id`.
     pub(crate) responses: ResponseStore,
     block_size: u32,
+    /// The GPU's power and energy (`SimConfig::gpu_metrics`).
+    pub(crate) gpu: Option<crate::gpu::GpuMeter>,
+    max_num_seqs: usize,
 }
 
 impl State {
@@ -118,12 +121,24 @@ impl State {
             counters: Counters::new(config.flavor),
             responses: ResponseStore::new(RESPONSE_STORE_CAP),
             block_size: config.block_size,
+            gpu: config
+                .gpu_metrics
+                .then(|| crate::gpu::GpuMeter::new(std::time::Instant::now())),
+            max_num_seqs: config.max_num_seqs,
         }
     }
 
     /// Running sequences in either mode.
     pub(crate) fn running(&self) -> u64 {
         self.running.len() as u64 + self.direct_running
+    }
+
+    /// Brings the GPU meter up to now (at the power the load draws now).
+    pub(crate) fn advance_gpu(&mut self, now: std::time::Instant) {
+        let power = crate::gpu::GpuMeter::power(self.running(), self.max_num_seqs);
+        if let Some(g) = self.gpu.as_mut() {
+            g.advance(now, power);
+        }
     }
 
     /// Gauges for `/metrics` and [`SimStats`](crate::SimStats).

@@ -58,6 +58,7 @@ mod config;
 mod engine;
 mod error;
 mod faults;
+pub mod gpu;
 mod hold;
 mod metrics;
 mod openai;

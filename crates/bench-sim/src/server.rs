@@ -178,6 +178,21 @@ impl SimServer {
         });
         let engine = matches!(shared.config.mode, LatencyMode::Model)
             .then(|| tokio::spawn(run_engine(Arc::clone(&shared))));
+        if shared.config.gpu_metrics {
+            // Integrates the GPU's energy as the load changes; ends with the server.
+            let weak = Arc::downgrade(&shared);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(crate::gpu::TICK);
+                loop {
+                    tick.tick().await;
+                    let Some(shared) = weak.upgrade() else { break };
+                    if *shared.shutdown.borrow() {
+                        break;
+                    }
+                    shared.lock().advance_gpu(std::time::Instant::now());
+                }
+            });
+        }
         let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared), acceptor));
         tracing::debug!(%addr, "simulator listening");
         Ok(SimServer {
@@ -464,13 +479,18 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<SimBody> {
         ),
         (&Method::GET, "/metrics") => {
             let mut text = {
-                let st = shared.lock();
-                metrics::render(
+                let mut st = shared.lock();
+                let mut text = metrics::render(
                     shared.config.flavor,
                     &shared.config.model,
                     &st.counters,
                     &st.gauges(),
-                )
+                );
+                st.advance_gpu(std::time::Instant::now());
+                if let Some(g) = &st.gpu {
+                    g.render(&mut text);
+                }
+                text
             };
             if let Some(f) = &shared.faults {
                 metrics::render_faults(&mut text, &shared.config.model, &f.counts());

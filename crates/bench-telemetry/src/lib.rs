@@ -34,7 +34,10 @@ use serde::{Deserialize, Serialize};
 pub mod health;
 pub mod summary;
 
-pub use summary::{Scrape, ServerSummary, summarize};
+pub use summary::{
+    EnergyMethod, GpuEnergy, Scrape, ServerSummary, TargetSummary, energy_of, gpu_energy,
+    summarize, summarize_targets,
+};
 
 /// The serving engine a scrape came from, detected from its metric-name prefixes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -245,6 +248,17 @@ pub struct Snapshot {
     /// prefix-cache hits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_size: Option<f64>,
+    /// GPU board power, W, summed over the GPUs reported (a DCGM exporter's
+    /// `DCGM_FI_DEV_POWER_USAGE`, one series per GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_power_w: Option<f64>,
+    /// Counter: energy the GPUs consumed, J, summed over the GPUs reported (DCGM's
+    /// `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, in mJ since the driver loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_energy_j: Option<f64>,
+    /// GPUs reporting power or energy (series of those metrics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<f64>,
 }
 
 /// Why a body could not be read as Prometheus text.
@@ -431,8 +445,22 @@ pub fn parse(text: &str) -> Result<Snapshot, ScrapeError> {
         }
         Backend::Unknown => {}
     }
+    // A DCGM exporter beside any engine (or alone): one series per GPU, summed.
+    s.gpu_power_w = m.get(&[DCGM_POWER], Across::Sum);
+    s.gpu_energy_j = m.get(&[DCGM_ENERGY], Across::Sum).map(|mj| mj / 1000.0);
+    s.gpus = [DCGM_POWER, DCGM_ENERGY]
+        .iter()
+        .filter_map(|n| by_name.get(*n))
+        .map(Vec::len)
+        .max()
+        .map(|n| n as f64);
     Ok(s)
 }
+
+/// DCGM's board power gauge, W.
+pub const DCGM_POWER: &str = "DCGM_FI_DEV_POWER_USAGE";
+/// DCGM's energy counter, mJ since the driver loaded.
+pub const DCGM_ENERGY: &str = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION";
 
 /// Replaces `:` in the metric name of a sample, `# HELP` or `# TYPE` line (never in label
 /// values) with [`COLON`].

@@ -6,6 +6,7 @@ mod bad_inputs;
 mod bounds;
 mod compare;
 mod embed;
+mod energy;
 mod faults;
 mod graph;
 mod journeys;

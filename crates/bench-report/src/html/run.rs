@@ -105,6 +105,20 @@ pub(super) fn figures(data: &ReportData) -> Vec<Figure> {
         ),
         timeline(&measured, skipped),
     ];
+    // GPU power (only when a scraped source reported it: a DCGM exporter via --scrape).
+    if data.server.iter().any(|p| p.gpu_power_w.is_some()) {
+        figures.push(server_chart(
+            &data.server,
+            ServerChart {
+                name: "gpu_power_over_time",
+                title: "GPU power over time",
+                what: "GPU power",
+                y_desc: "GPU power (DCGM), W",
+                scale: 1.0,
+                series: &[("GPU power, summed over the GPUs", |p| p.gpu_power_w, C_RED)],
+            },
+        ));
+    }
     // Agent graphs: one play's branches, drawn (only when the run has graph sessions).
     if let Some((sid, replay)) = crate::graph::pick_timeline_play(&data.turns) {
         figures.push(graph_timeline(&data.turns, &sid, replay));

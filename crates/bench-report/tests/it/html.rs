@@ -85,6 +85,7 @@ fn scrapes(secs: usize) -> Vec<ServerPoint> {
                 waiting: Some((s % 5) as f64),
                 running: Some(8.0 + (s % 3) as f64),
                 prefix_hit_rate: Some(0.6 + 0.3 * (x / 5.0).cos().abs()),
+                gpu_power_w: None,
             }
         })
         .collect()

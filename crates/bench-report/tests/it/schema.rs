@@ -62,12 +62,32 @@ fn rich() -> RunResult {
         duration_s: 40.0,
         judge: bench_report::Judge {
             session_slo: Some("ttft_ms=200,session_s=60".into()),
+            cost: Some(bench_report::cost::CostModel {
+                usd_per_gpu_hour: 2.0,
+                gpus: 8,
+            }),
             ..bench_report::Judge::with_slo(Some("ttft_ms=105,tpot_ms=200".parse().unwrap()))
         },
         config: serde_json::json!({"concurrency": 4, "model": "m"}),
+        energy: Some(bench_telemetry::GpuEnergy {
+            joules: 52_000.0,
+            method: bench_telemetry::EnergyMethod::Counter,
+            sources: vec!["http://gpu:9400/metrics".into()],
+            gpus: Some(8.0),
+        }),
+        targets: vec![bench_telemetry::TargetSummary {
+            target: "http://gpu:9400/metrics".into(),
+            summary: bench_telemetry::ServerSummary {
+                gpu_power_mean_w: Some(1300.0),
+                gpu_energy_j: Some(52_000.0),
+                ..Default::default()
+            },
+        }],
         ..RunInfo::default()
     };
-    compute(&recs, &sessions, &info)
+    let r = compute(&recs, &sessions, &info);
+    assert!(r.cost.is_some() && r.energy.is_some(), "the schema sees cost and energy");
+    r
 }
 
 /// [`rich`] with two graders' summaries, one of which failed.
