@@ -21,6 +21,7 @@ mod bench;
 mod ci;
 mod fuzz;
 mod it;
+mod it_export;
 mod it_lcp;
 mod it_sdk;
 mod perf;

@@ -315,6 +315,11 @@ pub struct RunCmd {
     /// Write every turn record as a CSV row to FILE.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    /// When the run ends, send every measured turn as an OpenTelemetry span (GenAI semantic
+    /// conventions; a span per session play above them) to this OTLP/HTTP endpoint, e.g.
+    /// http://127.0.0.1:4318 (posts to /v1/traces). A receiver that is down costs a warning.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// Scrape the server's /metrics this often (into scrapes.jsonl; summarized as `server` in
     /// result.json). A baseline is taken before the first turn and a final one after the last.
     /// 0 is --no-metrics.
@@ -589,6 +594,7 @@ pub const SPEC_KEYS: &[(&str, &[&str])] = &[
     ("cache_block_size", &["/judge/cache_block_size"]),
     ("output", &["/exports/result_line"]),
     ("csv", &["/exports/turns_csv"]),
+    ("otlp_endpoint", &["/exports/otlp_endpoint"]),
     ("tag", &["/exports/tag"]),
     ("shard", &["/placement/shard"]),
     ("shards", &["/placement/shard"]),
@@ -893,6 +899,7 @@ impl RunCmd {
                 result_line: self.output.as_deref().map(absolute),
                 turns_csv: self.csv.as_deref().map(absolute),
                 tag: self.tag.clone(),
+                otlp_endpoint: self.otlp_endpoint.clone(),
             },
         };
         spec.validate().map_err(run_error)?;

@@ -29,6 +29,7 @@ pub mod journeys;
 pub mod lifecycle;
 pub mod merge;
 mod options;
+pub mod otlp;
 pub mod placement;
 pub mod probe;
 pub mod progress;

@@ -486,6 +486,10 @@ impl Prepared {
             grading: grading.as_deref(),
         };
         end.write(&result, &turns, by, &reason)?;
+        if let Some(endpoint) = &spec.exports.otlp_endpoint {
+            let at = (self.dir.as_path(), end.base_url.clone());
+            export_spans(endpoint, at, &cfg, &turns, &sessions, &options).await;
+        }
         let failures = outcome.task_failures;
         Ok(run_report(
             self.dir,
@@ -658,6 +662,37 @@ fn records(
     }
     sessions.append(&mut outcome.sessions);
     (turns, sessions)
+}
+
+/// `--otlp-endpoint`: the run's spans sent, and one line said either way (a failure is a
+/// warning: the run's own files are already written).
+async fn export_spans(
+    endpoint: &str,
+    (dir, base_url): (&std::path::Path, String),
+    cfg: &bench_runner::RunConfig,
+    turns: &[TurnRecord],
+    sessions: &[bench_report::record::SessionRecord],
+    options: &RunOptions,
+) {
+    let run = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let id = crate::otlp::RunIdentity {
+        run: &run,
+        model: &cfg.model,
+        endpoint: cfg.request.endpoint,
+        base_url: &base_url,
+    };
+    let spans = crate::otlp::spans(turns, sessions, &id);
+    let notice = match crate::otlp::export(endpoint, &spans, &id).await {
+        Ok(e) => Notice::Info(format!(
+            "otlp: {} spans sent to {endpoint} in {} requests",
+            e.spans, e.requests
+        )),
+        Err(e) => Notice::Warning(format!("otlp: spans not exported: {e}")),
+    };
+    options.notice(notice);
 }
 
 impl Ending<'_> {

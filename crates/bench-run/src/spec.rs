@@ -377,6 +377,10 @@ pub struct Exports {
     pub turns_csv: Option<PathBuf>,
     /// A label carried into the result line.
     pub tag: Option<String>,
+    /// Send every measured turn as an OpenTelemetry span to this OTLP/HTTP endpoint when the
+    /// run ends (`--otlp-endpoint`; [`crate::otlp`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
 }
 
 fn invalid(m: impl Into<String>) -> RunError {
@@ -441,6 +445,9 @@ impl RunSpec {
         }
         for t in &self.scrape_targets {
             scrape_target(t)?;
+        }
+        if let Some(e) = &self.exports.otlp_endpoint {
+            crate::otlp::target(e).map_err(invalid)?;
         }
         match self.load {
             Load::Closed { concurrency: 0, .. } => {

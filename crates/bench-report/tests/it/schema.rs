@@ -86,7 +86,10 @@ fn rich() -> RunResult {
         ..RunInfo::default()
     };
     let r = compute(&recs, &sessions, &info);
-    assert!(r.cost.is_some() && r.energy.is_some(), "the schema sees cost and energy");
+    assert!(
+        r.cost.is_some() && r.energy.is_some(),
+        "the schema sees cost and energy"
+    );
     r
 }
 
