@@ -75,7 +75,7 @@ pub(crate) fn root() -> PathBuf {
         .unwrap_or_default()
 }
 
-const USAGE: &str = "usage: cargo xtask it <test>\n\ntests:\n  llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  sdk        the official openai and anthropic Python SDKs (PyPI) as clients of bench sim\n  llama-cpp-python  llama-cpp-python's OpenAI-compatible server (PyPI, built from source once)\n  omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys\n  exporters  --otlp-endpoint against an OTLP receiver decoding with opentelemetry-proto (PyPI)";
+const USAGE: &str = "usage: cargo xtask it <test>\n\ntests:\n  llama      real llama.cpp server (xllamacpp + SmolLM2 from PyPI)\n  sdk        the official openai and anthropic Python SDKs (PyPI) as clients of bench sim\n  llama-cpp-python  llama-cpp-python's OpenAI-compatible server (PyPI, built from source once)\n  omnigent   Omnigent agent server (PyPI, Python 3.12) with the agent-sessions journeys\n  exporters  --otlp-endpoint against an OTLP receiver (opentelemetry-proto) and --mlflow against mlflow server (PyPI)";
 
 /// `cargo xtask it <name>`.
 pub fn run(args: &[String]) -> Result<()> {

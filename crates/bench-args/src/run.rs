@@ -320,6 +320,15 @@ pub struct RunCmd {
     /// http://127.0.0.1:4318 (posts to /v1/traces). A receiver that is down costs a warning.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// When the run ends, log it to this MLflow tracking server (REST API): the spec as
+    /// parameters, the headline figures as metrics, the validity verdict as a tag,
+    /// result.json and the HTML report as artifacts. A sweep logs a parent run with a child per
+    /// point. A server that is down costs a warning.
+    #[arg(long, value_name = "URL")]
+    pub mlflow: Option<String>,
+    /// The MLflow experiment, created when missing [default: bench].
+    #[arg(long, value_name = "NAME", requires = "mlflow")]
+    pub mlflow_experiment: Option<String>,
     /// Scrape the server's /metrics this often (into scrapes.jsonl; summarized as `server` in
     /// result.json). A baseline is taken before the first turn and a final one after the last.
     /// 0 is --no-metrics.
@@ -595,6 +604,8 @@ pub const SPEC_KEYS: &[(&str, &[&str])] = &[
     ("output", &["/exports/result_line"]),
     ("csv", &["/exports/turns_csv"]),
     ("otlp_endpoint", &["/exports/otlp_endpoint"]),
+    ("mlflow", &["/exports/mlflow"]),
+    ("mlflow_experiment", &["/exports/mlflow"]),
     ("tag", &["/exports/tag"]),
     ("shard", &["/placement/shard"]),
     ("shards", &["/placement/shard"]),
@@ -900,6 +911,17 @@ impl RunCmd {
                 turns_csv: self.csv.as_deref().map(absolute),
                 tag: self.tag.clone(),
                 otlp_endpoint: self.otlp_endpoint.clone(),
+                mlflow: self
+                    .mlflow
+                    .as_ref()
+                    .map(|url| bench_run::mlflow::MlflowSpec {
+                        url: url.clone(),
+                        experiment: self
+                            .mlflow_experiment
+                            .clone()
+                            .unwrap_or_else(|| "bench".to_owned()),
+                        parent_run_id: None,
+                    }),
             },
         };
         spec.validate().map_err(run_error)?;

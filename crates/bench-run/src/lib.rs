@@ -28,6 +28,7 @@ pub mod hooks;
 pub mod journeys;
 pub mod lifecycle;
 pub mod merge;
+pub mod mlflow;
 mod options;
 pub mod otlp;
 pub mod placement;

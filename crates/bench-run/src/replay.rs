@@ -490,6 +490,13 @@ impl Prepared {
             let at = (self.dir.as_path(), end.base_url.clone());
             export_spans(endpoint, at, &cfg, &turns, &sessions, &options).await;
         }
+        if let Some(m) = &spec.exports.mlflow {
+            let notice = match log_mlflow(m, &self.dir, &result).await {
+                Ok(id) => Notice::Info(format!("mlflow: logged as run {id} in {:?}", m.experiment)),
+                Err(e) => Notice::Warning(format!("mlflow: run not logged: {e}")),
+            };
+            options.notice(notice);
+        }
         let failures = outcome.task_failures;
         Ok(run_report(
             self.dir,
@@ -662,6 +669,45 @@ fn records(
     }
     sessions.append(&mut outcome.sessions);
     (turns, sessions)
+}
+
+/// `--mlflow`: the run logged (its spec as parameters, the headline figures, the verdict,
+/// `result.json` and the HTML report); the MLflow run's id.
+async fn log_mlflow(
+    m: &crate::mlflow::MlflowSpec,
+    dir: &std::path::Path,
+    result: &bench_report::RunResult,
+) -> Result<String, String> {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let verdict = result
+        .validity
+        .as_ref()
+        .map_or("unknown", |v| v.verdict.as_str())
+        .to_owned();
+    let tags = [
+        ("bench.version", env!("CARGO_PKG_VERSION").to_owned()),
+        ("bench.run_dir", dir.display().to_string()),
+        ("bench.verdict", verdict),
+    ];
+    let run = crate::mlflow::MlflowRun::start(m, &name, &tags).await?;
+    let spec = match result.config.get("spec") {
+        Some(s) => s,
+        None => &result.config,
+    };
+    let params = crate::mlflow::params_of(spec);
+    run.log(&params, &crate::mlflow::metrics_of(result), &[])
+        .await?;
+    let json = std::fs::read(dir.join(files::RESULT)).map_err(|e| e.to_string())?;
+    run.artifact("result.json", json).await?;
+    let html = crate::report::load(dir)
+        .map(|d| bench_report::html::html(&d))
+        .map_err(|e| e.to_string())?;
+    run.artifact("report.html", html.into_bytes()).await?;
+    run.finish(result.summary.turns_ok > 0).await?;
+    Ok(run.run_id)
 }
 
 /// `--otlp-endpoint`: the run's spans sent, and one line said either way (a failure is a

@@ -381,6 +381,10 @@ pub struct Exports {
     /// run ends (`--otlp-endpoint`; [`crate::otlp`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub otlp_endpoint: Option<String>,
+    /// Log the run to this MLflow tracking server when it ends (`--mlflow`,
+    /// `--mlflow-experiment`; [`crate::mlflow`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlflow: Option<crate::mlflow::MlflowSpec>,
 }
 
 fn invalid(m: impl Into<String>) -> RunError {
@@ -448,6 +452,9 @@ impl RunSpec {
         }
         if let Some(e) = &self.exports.otlp_endpoint {
             crate::otlp::target(e).map_err(invalid)?;
+        }
+        if let Some(m) = &self.exports.mlflow {
+            m.validate().map_err(invalid)?;
         }
         match self.load {
             Load::Closed { concurrency: 0, .. } => {

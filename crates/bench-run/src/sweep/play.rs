@@ -315,7 +315,7 @@ impl Points<'_> {
 /// and returns how it ended. `Err` only when it could not start (bad spec, directory) or the
 /// final files could not be written; a point that fails ends the sweep with
 /// [`SweepStop::Failed`] in the outcome.
-pub async fn play(spec: SweepSpec, options: SweepOptions) -> Result<SweepOutcome, RunError> {
+pub async fn play(mut spec: SweepSpec, options: SweepOptions) -> Result<SweepOutcome, RunError> {
     let plan = spec.validate()?;
     let dir = options.dir.clone().unwrap_or_else(super::default_sweep_dir);
     check_dir(&dir)?;
@@ -329,6 +329,33 @@ pub async fn play(spec: SweepSpec, options: SweepOptions) -> Result<SweepOutcome
         "sweep": spec.sweep,
         "spec": serde_json::to_value(&spec.run).unwrap_or_default(),
     });
+    // --mlflow: a parent run, each point's run its child.
+    let parent = match &spec.run.exports.mlflow {
+        Some(m) => {
+            let name = dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let tags = [
+                ("bench.version", env!("CARGO_PKG_VERSION").to_owned()),
+                ("bench.sweep_dir", dir.display().to_string()),
+                ("bench.sweep.axis", plan.axis().as_str().to_owned()),
+            ];
+            match crate::mlflow::MlflowRun::start(m, &name, &tags).await {
+                Ok(run) => Some((m.clone(), run)),
+                Err(e) => {
+                    if let Some(f) = &options.run.notices {
+                        f(Notice::Warning(format!("mlflow: sweep not logged: {e}")));
+                    }
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    if let (Some((_, run)), Some(m)) = (&parent, spec.run.exports.mlflow.as_mut()) {
+        m.parent_run_id = Some(run.run_id.clone());
+    }
     let points = Points {
         base: &spec.run,
         axis: plan.axis(),
@@ -353,6 +380,19 @@ pub async fn play(spec: SweepSpec, options: SweepOptions) -> Result<SweepOutcome
     )
     .await;
     super::write_files_with(&dir, &summary, &secrets)?;
+    if let Some((m, run)) = &parent {
+        let scrubbed = secrets.scrub_value(summary.clone());
+        let notice = match log_parent(run, &dir, &scrubbed).await {
+            Ok(()) => Notice::Info(format!(
+                "mlflow: sweep logged as run {} in {:?}",
+                run.run_id, m.experiment
+            )),
+            Err(e) => Notice::Warning(format!("mlflow: sweep not logged: {e}")),
+        };
+        if let Some(f) = &options.run.notices {
+            f(notice);
+        }
+    }
     let judged = points
         .judged
         .into_inner()
@@ -368,6 +408,31 @@ pub async fn play(spec: SweepSpec, options: SweepOptions) -> Result<SweepOutcome
         invalid,
         write_warning,
     })
+}
+
+/// The sweep's parent run: its configuration as parameters, the search's or the retention
+/// curve's answer as metrics, `sweep.json` and `sweep.html` as artifacts.
+async fn log_parent(
+    run: &crate::mlflow::MlflowRun,
+    dir: &Path,
+    s: &SweepSummary,
+) -> Result<(), String> {
+    let params = crate::mlflow::params_of(&s.config);
+    let mut metrics = vec![("points".to_owned(), s.points.len() as f64)];
+    if let Some(b) = s.find_max.as_ref().and_then(|f| f.best) {
+        metrics.push(("find_max_best".to_owned(), b));
+    }
+    if let Some(h) = s.retention.as_ref().and_then(|r| r.half_life_s) {
+        metrics.push(("cache_half_life_s".to_owned(), h));
+    }
+    let stop = [("bench.sweep.stop", super::stop_text(s))];
+    run.log(&params, &metrics, &stop).await?;
+    for name in [super::SWEEP_JSON, super::SWEEP_HTML] {
+        let bytes = std::fs::read(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
+        run.artifact(name, bytes).await?;
+    }
+    run.finish(!matches!(s.stop, SweepStop::Failed { .. }))
+        .await
 }
 
 #[cfg(test)]
