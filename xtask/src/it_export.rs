@@ -247,6 +247,7 @@ impl Drop for Group {
     fn drop(&mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", "--", &format!("-{}", self.0.id())])
+            .stderr(Stdio::null())
             .status();
         let t0 = Instant::now();
         while matches!(self.0.try_wait(), Ok(None)) && t0.elapsed() < Duration::from_secs(15) {
@@ -255,6 +256,7 @@ impl Drop for Group {
         // Whatever of the group outlived the signal (uvicorn's worker may) goes now.
         let _ = Command::new("kill")
             .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .stderr(Stdio::null())
             .status();
         let _ = self.0.kill();
         let _ = self.0.wait();
