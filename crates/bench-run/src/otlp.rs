@@ -131,16 +131,20 @@ pub fn spans(turns: &[TurnRecord], sessions: &[SessionRecord], id: &RunIdentity<
     };
     let (op, provider) = operation(id.endpoint);
     let (host, port) = server_address(id.base_url);
+    // Each play's turns, found once (a run may hold 10⁵ turns of 10⁴ plays).
+    let mut by_play: std::collections::HashMap<(&str, u32), Vec<&TurnRecord>> =
+        std::collections::HashMap::new();
+    for r in turns.iter().filter(keep) {
+        by_play
+            .entry((r.session_id.as_str(), r.replay))
+            .or_default()
+            .push(r);
+    }
     let mut out = Vec::new();
     for s in sessions.iter().filter(|s| !s.warmup && !s.superseded) {
-        let mine: Vec<&TurnRecord> = turns
-            .iter()
-            .filter(keep)
-            .filter(|r| r.session_id == s.session_id && r.replay == s.replay)
-            .collect();
-        if mine.is_empty() {
+        let Some(mine) = by_play.remove(&(s.session_id.as_str(), s.replay)) else {
             continue;
-        }
+        };
         let trace = trace_id(id.run, &s.session_id, s.replay);
         let root = span_id(id.run, &s.session_id, s.replay, None);
         let start = mine.iter().map(|r| r.sent_s).fold(s.start_s, f64::min);
