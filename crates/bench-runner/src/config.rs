@@ -679,7 +679,10 @@ impl RunConfig {
         };
         b.push_str(close);
         if !has(cap) {
-            b.push_str(&format!(",\"{cap}\":{max_output_tokens}"));
+            b.push_str(",\"");
+            b.push_str(cap);
+            b.push_str("\":");
+            b.push_str(itoa::Buffer::new().format(max_output_tokens));
         }
         if self.request.ignore_eos && !has("ignore_eos") {
             b.push_str(",\"ignore_eos\":true");

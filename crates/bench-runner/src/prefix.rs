@@ -197,13 +197,7 @@ type Shard = HashMap<u64, u32, BuildHasherDefault<Identity>>;
 
 impl Default for PrefixIndex {
     fn default() -> Self {
-        PrefixIndex {
-            shards: (0..Self::SHARDS)
-                .map(|_| Mutex::new(Shard::default()))
-                .collect(),
-            len: AtomicUsize::new(0),
-            full: AtomicBool::new(false),
-        }
+        Self::with_expected(0)
     }
 }
 
@@ -211,6 +205,42 @@ impl PrefixIndex {
     /// Prefixes counted at most (tens of MB).
     pub(crate) const CAP: usize = 3_000_000;
     const SHARDS: usize = 64;
+
+    /// An index sized for about `pieces` prefixes (capped at [`PrefixIndex::CAP`]): growing
+    /// from empty rehashed every shard a dozen times, ~1.6% of a short turn's client CPU.
+    pub(crate) fn with_expected(pieces: usize) -> Self {
+        let per_shard = pieces.min(Self::CAP) / Self::SHARDS;
+        PrefixIndex {
+            shards: (0..Self::SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard::with_capacity_and_hasher(
+                        per_shard,
+                        Default::default(),
+                    ))
+                })
+                .collect(),
+            len: AtomicUsize::new(0),
+            full: AtomicBool::new(false),
+        }
+    }
+
+    /// About how many distinct prefixes playing `plan` once sends: every message's JSON cut
+    /// into [`CHUNK`]-byte pieces (the shared system prompt once).
+    pub(crate) fn expected_pieces(plan: &bench_workload::plan::Plan) -> usize {
+        let msg = |m: &bench_workload::plan::Msg| m.content_json.len() + 32;
+        let mut bytes = 0usize;
+        let mut systems = std::collections::HashSet::new();
+        for s in &plan.sessions {
+            if let Some(sys) = s.system.as_ref().filter(|m| systems.insert(Arc::as_ptr(m))) {
+                bytes = bytes.saturating_add(msg(sys));
+            }
+            for t in &s.turns {
+                bytes = bytes.saturating_add(t.input_delta.iter().map(msg).sum::<usize>());
+                bytes = bytes.saturating_add(msg(&t.assistant));
+            }
+        }
+        bytes / CHUNK
+    }
 
     /// The hashes are xxh3 values: their top bits pick the shard, the map uses the low ones.
     fn shard_of(h: u64) -> usize {

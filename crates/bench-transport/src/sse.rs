@@ -95,9 +95,10 @@ pub struct SseParser {
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 fn text(bytes: &[u8]) -> Cow<'_, str> {
-    // `from_utf8` validates valid text several times faster than `from_utf8_lossy`, which
-    // is only needed (and only taken) for invalid bytes.
-    match std::str::from_utf8(bytes) {
+    // Validating valid text is fast (SIMD where the CPU has it: ~3% of a streamed turn's
+    // client CPU went to `std::str::from_utf8`); `from_utf8_lossy` is only needed (and only
+    // taken) for invalid bytes.
+    match simdutf8::basic::from_utf8(bytes) {
         Ok(s) => Cow::Borrowed(s),
         Err(_) => String::from_utf8_lossy(bytes),
     }
