@@ -448,6 +448,8 @@ impl Prepared {
             c.token.clone(),
         )
         .await;
+        // The session records still waiting reach the OS before the run is reported.
+        self.writer.flush();
         let (client_cpu, scrapes) = watch.finish(embedded.is_some()).await;
         if let Some(s) = embedded {
             s.shutdown().await;

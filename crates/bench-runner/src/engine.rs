@@ -865,7 +865,10 @@ async fn play_session<T: Transport>(
         th.own_before = th.chain.len();
         tally.add(&rec, end.duration_since(first_sent));
         // The answer joins the context: recorded text (trace mode) or what the server said.
-        th.push_answer(cfg, turn, &result, rec.output_tokens.unwrap_or(0));
+        // After the play's last turn nothing reads the context again.
+        if turns.last().is_some_and(|last| !std::ptr::eq(last, turn)) {
+            th.push_answer(cfg, turn, &result, rec.output_tokens.unwrap_or(0));
+        }
         // What the server answered, for graders (borrowed: no copy).
         if let (TurnStatus::Ok, Ok(o)) = (rec.status, &result) {
             sh.emit(RunEvent::Answer {

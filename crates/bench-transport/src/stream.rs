@@ -412,7 +412,7 @@ impl ChatStreamConsumer {
                 .map_err(|_| Error::new(ErrorKind::MalformedJson, "response body is not UTF-8"))?;
             let s = &mut self.state;
             let step = match self.endpoint {
-                Endpoint::Chat => s.chat_chunk(text)?,
+                Endpoint::Chat => s.chat_body(text)?,
                 Endpoint::Completions => crate::completions::on_chunk(s, text)?,
                 Endpoint::Responses => crate::responses::on_body(s, text)?,
                 Endpoint::Messages => crate::messages::on_body(s, text)?,
@@ -520,7 +520,7 @@ impl Accum {
         Ok(())
     }
 
-    /// One chat-completions chunk (or a whole non-streamed response).
+    /// One streamed chat-completions chunk.
     fn chat_chunk(&mut self, data: &str) -> Result<Step, Error> {
         // The common shape without serde; anything else (and every error) through serde.
         let chunk = match crate::fastchunk::parse_with(data, &mut self.chunk_memo) {
@@ -528,6 +528,19 @@ impl Accum {
             None => serde_json::from_str::<wire::Chunk<'_>>(data)
                 .map_err(|e| malformed(&e, data, "chunk"))?,
         };
+        self.chat_read(chunk)
+    }
+
+    /// A whole non-streamed chat completion: serde at once (the fast path gives up on its
+    /// `message` and `usage`, after reading most of it).
+    fn chat_body(&mut self, data: &str) -> Result<Step, Error> {
+        let chunk = serde_json::from_str::<wire::Chunk<'_>>(data)
+            .map_err(|e| malformed(&e, data, "chunk"))?;
+        self.chat_read(chunk)
+    }
+
+    /// What a chunk (or a whole response) adds.
+    fn chat_read(&mut self, chunk: wire::Chunk<'_>) -> Result<Step, Error> {
         if let Some(err) = chunk.error {
             return Err(server_error(&error_text(&err)));
         }
