@@ -148,7 +148,7 @@ impl Observer for Events {
 /// loses no turn that ended. Session records are gathered and written together, at most
 /// [`SESSION_FLUSH_EVERY`] after the first of them ended (or once [`SESSION_BATCH_BYTES`]
 /// wait), and at [`RunDirWriter::flush`] or drop: a crash may lose the last of them, and a
-/// session without its record is one [`crate::resume`] plays again, as one that was in flight.
+/// session without its record is one [`crate::resume()`] plays again, as one that was in flight.
 /// (One `write` a turn fewer: the system call and the file system's write path were ~5% of a
 /// short turn's client CPU.)
 #[derive(Debug)]
