@@ -184,9 +184,9 @@ impl Chain {
 
 /// How many plays sent each prefix.
 ///
-/// Sharded by bits from the middle of the prefix hash: the map grows by doubling, and rehashing one big map
-/// under one lock stalled every worker for milliseconds (seen as late first tokens); a shard
-/// rehashes a sixty-fourth of it.
+/// Sharded by bits from the middle of the prefix hash: the map grows by doubling, and
+/// rehashing one big map under one lock stalled every worker for milliseconds (seen as late
+/// first tokens); a shard rehashes a sixty-fourth of it.
 pub(crate) struct PrefixIndex {
     shards: Box<[Mutex<Shard>]>,
     len: AtomicUsize,
