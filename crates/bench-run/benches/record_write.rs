@@ -6,7 +6,8 @@
 //! - `write_only/<n>_gaps`: one `write_all` of the ready line on an unbuffered append-mode
 //!   `File` (the syscall alone);
 //! - `serialize_write/<n>_gaps`: the real `RunDirWriter` handling `RunEvent::TurnFinished`
-//!   (serialize, lock, one unbuffered `write_all` to `turns.jsonl` in a temp dir).
+//!   (lock, serialize into the waiting batch; one `write_all` to `turns.jsonl` in a temp dir
+//!   per 32 KiB of lines, or by its flusher thread).
 //!
 //! The files are emptied every 4,096 records, outside the timed sections, so they stay small.
 #![allow(missing_docs, clippy::unwrap_used)]

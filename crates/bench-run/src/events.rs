@@ -144,48 +144,92 @@ impl Observer for Events {
 
 /// Writes `turns.jsonl` and `sessions.jsonl`, one line per record.
 ///
-/// A turn record is handed to the OS (an unbuffered write) before the engine goes on: a crash
-/// loses no turn that ended. Session records are gathered and written together, at most
-/// [`SESSION_FLUSH_EVERY`] after the first of them ended (or once [`SESSION_BATCH_BYTES`]
-/// wait), and at [`RunDirWriter::flush`] or drop: a crash may lose the last of them, and a
-/// session without its record is one [`crate::resume()`] plays again, as one that was in flight.
-/// (One `write` a turn fewer: the system call and the file system's write path were ~5% of a
-/// short turn's client CPU.)
+/// Records are gathered in memory and written in batches, one `write` per file: at most
+/// [`RECORD_FLUSH_EVERY`] after the first of them waits, once [`RECORD_BATCH_BYTES`] wait, at
+/// [`RunDirWriter::flush`] and on drop, and (turn records) before any session's later turn is
+/// sent ([`RunEvent::TurnSent`] with `turn_index` > 0). So a turn's record reaches the OS
+/// before that session's next turn, as before, and a session's record never before its turns'
+/// (turn lines are written first). A crash may lose the records of the last ~100 ms: a session
+/// without its record is one [`crate::resume()`] plays again from its first turn, as one that
+/// was in flight. (The `write` per record was ~13% of a short turn's client CPU.)
 #[derive(Debug)]
 pub struct RunDirWriter {
-    /// The file with the buffer its lines are built in.
-    turns: Mutex<(File, Vec<u8>)>,
-    sessions: Arc<Mutex<Pending>>,
-    dir: PathBuf,
+    pending: Arc<Mutex<Pending>>,
     errors: Arc<Mutex<Vec<String>>>,
     secrets: Secrets,
 }
 
-/// How long a session record may wait in memory before it is written.
-pub const SESSION_FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// How long a record may wait in memory before it is written.
+pub const RECORD_FLUSH_EVERY: Duration = Duration::from_millis(100);
 
-/// Waiting session records written at once when they reach this size.
-pub const SESSION_BATCH_BYTES: usize = 32 * 1024;
+/// Waiting records are written at once when either file's lines reach this size.
+pub const RECORD_BATCH_BYTES: usize = 32 * 1024;
 
-/// Session records not written yet: whole lines, the first of them waiting since `since`.
+/// One record file: whole lines not written yet.
+#[derive(Debug)]
+struct Lines {
+    file: File,
+    path: PathBuf,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    fn open(path: PathBuf) -> Result<Lines, jsonl::IoError> {
+        Ok(Lines {
+            file: jsonl::open_append(&path)?,
+            path,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Appends `record`'s line (a failure noted, the buffer left as it was).
+    fn push<T: serde::Serialize>(&mut self, record: &T, errors: &Mutex<Vec<String>>) {
+        let len = self.buf.len();
+        match serde_json::to_writer(&mut self.buf, record) {
+            Ok(()) => self.buf.push(b'\n'),
+            Err(e) => {
+                self.buf.truncate(len);
+                note_error(errors, &self.path, &e);
+            }
+        }
+    }
+
+    /// Writes the waiting lines (one `write` call), noting a failure in `errors`.
+    fn write_out(&mut self, errors: &Mutex<Vec<String>>) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let r = self.file.write_all(&self.buf);
+        self.buf.clear();
+        if let Err(e) = r {
+            note_error(errors, &self.path, &e);
+        }
+    }
+}
+
+/// Records not written yet, the first of them waiting since `since`.
 #[derive(Debug)]
 struct Pending {
-    file: File,
-    lines: Vec<u8>,
+    turns: Lines,
+    sessions: Lines,
     since: Option<Instant>,
 }
 
 impl Pending {
-    /// Writes the waiting lines (one `write` call), noting a failure in `errors`.
-    fn write_out(&mut self, path: &Path, errors: &Mutex<Vec<String>>) {
+    /// Writes the waiting lines: turns first, so no session record precedes its turns'.
+    fn write_out(&mut self, errors: &Mutex<Vec<String>>) {
         self.since = None;
-        if self.lines.is_empty() {
-            return;
-        }
-        let r = self.file.write_all(&self.lines);
-        self.lines.clear();
-        if let Err(e) = r {
-            note_error(errors, path, &e);
+        self.turns.write_out(errors);
+        self.sessions.write_out(errors);
+    }
+
+    /// After a record was added: starts its wait, or writes the batch once it is full.
+    fn added(&mut self, errors: &Mutex<Vec<String>>) {
+        self.since.get_or_insert_with(Instant::now);
+        if self.turns.buf.len() >= RECORD_BATCH_BYTES
+            || self.sessions.buf.len() >= RECORD_BATCH_BYTES
+        {
+            self.write_out(errors);
         }
     }
 }
@@ -199,25 +243,27 @@ fn note_error(errors: &Mutex<Vec<String>>, path: &Path, e: &dyn std::fmt::Displa
 impl RunDirWriter {
     /// Creates (or appends to) the record files in `dir`.
     pub fn create(dir: &Path) -> Result<RunDirWriter, jsonl::IoError> {
+        RunDirWriter::create_with(dir, true)
+    }
+
+    /// [`RunDirWriter::create`], with or without the thread that writes waiting records after
+    /// [`RECORD_FLUSH_EVERY`] (without it they wait for a full batch, a later turn, or the end).
+    fn create_with(dir: &Path, flusher: bool) -> Result<RunDirWriter, jsonl::IoError> {
         std::fs::create_dir_all(dir).map_err(|source| jsonl::IoError {
             path: dir.to_owned(),
             source,
         })?;
-        let sessions = Arc::new(Mutex::new(Pending {
-            file: jsonl::open_append(&dir.join(files::SESSIONS))?,
-            lines: Vec::new(),
+        let pending = Arc::new(Mutex::new(Pending {
+            turns: Lines::open(dir.join(files::TURNS))?,
+            sessions: Lines::open(dir.join(files::SESSIONS))?,
             since: None,
         }));
         let errors = Arc::new(Mutex::new(Vec::new()));
-        spawn_session_flusher(
-            Arc::downgrade(&sessions),
-            dir.join(files::SESSIONS),
-            errors.clone(),
-        );
+        if flusher {
+            spawn_flusher(Arc::downgrade(&pending), errors.clone());
+        }
         Ok(RunDirWriter {
-            turns: Mutex::new((jsonl::open_append(&dir.join(files::TURNS))?, Vec::new())),
-            sessions,
-            dir: dir.to_path_buf(),
+            pending,
             errors,
             secrets: Secrets::default(),
         })
@@ -235,42 +281,35 @@ impl RunDirWriter {
         self.errors.lock().map(|e| e.clone()).unwrap_or_default()
     }
 
-    /// Writes the session records still waiting (the run's end; also done on drop).
+    /// Writes the records still waiting (the run's end; also done on drop).
     pub fn flush(&self) {
-        if let Ok(mut p) = self.sessions.lock() {
-            p.write_out(&self.dir.join(files::SESSIONS), &self.errors);
+        if let Ok(mut p) = self.pending.lock() {
+            p.write_out(&self.errors);
         }
     }
 
     fn write_turn(&self, value: &TurnRecord) {
-        let r = match self.turns.lock() {
-            Ok(mut f) => {
-                let (f, buf) = &mut *f;
-                jsonl::append_with(f, buf, value)
-            }
-            Err(_) => Ok(()),
-        };
-        if let Err(e) = r {
-            note_error(&self.errors, &self.dir.join(files::TURNS), &e);
+        if let Ok(mut p) = self.pending.lock() {
+            // `serde_json`'s bytes, its keys written as literals.
+            value.write_json(&mut p.turns.buf);
+            p.turns.buf.push(b'\n');
+            p.added(&self.errors);
         }
     }
 
     fn write_session(&self, value: &SessionRecord) {
-        let Ok(mut p) = self.sessions.lock() else {
-            return;
-        };
-        let len = p.lines.len();
-        match serde_json::to_writer(&mut p.lines, value) {
-            Ok(()) => p.lines.push(b'\n'),
-            Err(e) => {
-                p.lines.truncate(len);
-                note_error(&self.errors, &self.dir.join(files::SESSIONS), &e);
-                return;
-            }
+        if let Ok(mut p) = self.pending.lock() {
+            p.sessions.push(value, &self.errors);
+            p.added(&self.errors);
         }
-        p.since.get_or_insert_with(Instant::now);
-        if p.lines.len() >= SESSION_BATCH_BYTES {
-            p.write_out(&self.dir.join(files::SESSIONS), &self.errors);
+    }
+
+    /// A session's later turn is about to be sent: the turn records waiting go first.
+    fn turn_sent(&self) {
+        if let Ok(mut p) = self.pending.lock() {
+            if !p.turns.buf.is_empty() {
+                p.write_out(&self.errors);
+            }
         }
     }
 }
@@ -281,37 +320,35 @@ impl Drop for RunDirWriter {
     }
 }
 
-/// A thread that writes waiting session records once they have waited
-/// [`SESSION_FLUSH_EVERY`]; it ends with the writer.
-fn spawn_session_flusher(
-    sessions: std::sync::Weak<Mutex<Pending>>,
-    path: PathBuf,
-    errors: Arc<Mutex<Vec<String>>>,
-) {
+/// A thread that writes waiting records once they have waited [`RECORD_FLUSH_EVERY`]; it ends
+/// with the writer.
+fn spawn_flusher(pending: std::sync::Weak<Mutex<Pending>>, errors: Arc<Mutex<Vec<String>>>) {
     let flusher = move || {
-        let tick = SESSION_FLUSH_EVERY / 4;
+        let tick = RECORD_FLUSH_EVERY / 4;
         loop {
             std::thread::sleep(tick);
-            let Some(sessions) = sessions.upgrade() else {
+            let Some(pending) = pending.upgrade() else {
                 return;
             };
-            let Ok(mut p) = sessions.lock() else {
+            let Ok(mut p) = pending.lock() else {
                 return;
             };
-            if p.since.is_some_and(|t| t.elapsed() >= SESSION_FLUSH_EVERY) {
-                p.write_out(&path, &errors);
+            if p.since.is_some_and(|t| t.elapsed() >= RECORD_FLUSH_EVERY) {
+                p.write_out(&errors);
             }
         }
     };
-    // Without the thread (none could be started) records wait for the next batch or the end.
+    // Without the thread (none could be started) records wait for the next batch, a later
+    // turn, or the end.
     let _ = std::thread::Builder::new()
-        .name("bench-sessions-flush".into())
+        .name("bench-records-flush".into())
         .spawn(flusher);
 }
 
 impl Observer for RunDirWriter {
     fn on_event(&self, event: &RunEvent<'_>) {
         match event {
+            RunEvent::TurnSent { turn_index, .. } if *turn_index > 0 => self.turn_sent(),
             RunEvent::TurnFinished(t) if t.leaks(&self.secrets) => {
                 let mut t = (*t).clone();
                 t.scrub(&self.secrets);
@@ -426,6 +463,7 @@ mod tests {
             "worker":null,"redials":0,"warmup":false}"#;
         let t: bench_rundir::TurnRecord = serde_json::from_str(line).unwrap();
         writer.on_event(&RunEvent::TurnFinished(&t));
+        writer.flush();
         events.emit(LifecycleEvent::ScrapeDisabled {
             reason: "GET /metrics: sk-SECRET-0001".into(),
         });
@@ -442,50 +480,154 @@ mod tests {
         );
     }
 
+    /// An ok turn record of session `id`.
+    fn turn(id: &str, index: u32) -> TurnRecord {
+        let line = format!(
+            r#"{{"session_id":"{id}","replay":0,"turn_index":{index},"status":"ok",
+            "error_kind":null,"error":null,"ttft_ms":1.0,"e2e_ms":2.0,"tpot_ms":null,
+            "chunk_gaps_ms":[],"input_tokens":5,"input_tokens_source":"server",
+            "output_tokens":1,"output_tokens_source":"server","cached_tokens":null,
+            "cached_device_tokens":null,"cached_host_tokens":null,"max_output_tokens":8,
+            "recorded_output_tokens":null,"active_at_dispatch":1,"due_s":0.0,"sent_s":0.0,
+            "first_token_s":0.001,"end_s":0.002,"sent_utc":"","end_utc":"","worker":null,
+            "redials":0,"warmup":false}}"#
+        );
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// The session ids of `path`'s records, in file order.
+    fn ids<T: serde::de::DeserializeOwned>(path: &Path, id: fn(T) -> String) -> Vec<String> {
+        jsonl::read::<T>(path)
+            .unwrap()
+            .records
+            .into_iter()
+            .map(id)
+            .collect()
+    }
+
+    fn session_ids(dir: &Path) -> Vec<String> {
+        ids::<SessionRecord>(&dir.join(files::SESSIONS), |r| r.session_id)
+    }
+
+    fn turn_ids(dir: &Path) -> Vec<String> {
+        ids::<TurnRecord>(&dir.join(files::TURNS), |r| {
+            format!("{}/{}", r.session_id, r.turn_index)
+        })
+    }
+
+    fn sent(id: &str, turn_index: u32) -> RunEvent<'_> {
+        RunEvent::TurnSent {
+            session_id: id,
+            turn_index,
+        }
+    }
+
     #[test]
-    fn session_records_wait_briefly_and_are_never_lost_at_the_end() {
+    fn records_wait_briefly_and_are_never_lost_at_the_end() {
         let tmp = tempfile::Builder::new()
             .prefix("bench-run-sessions-")
             .tempdir()
             .unwrap();
         let dir = tmp.path();
-        let path = dir.join(files::SESSIONS);
-        let ids = |path: &Path| -> Vec<String> {
-            jsonl::read::<SessionRecord>(path)
-                .unwrap()
-                .records
-                .into_iter()
-                .map(|r| r.session_id)
-                .collect()
-        };
-        // The flusher writes a waiting record by itself (no later record, no flush).
+        // The flusher writes waiting records by itself (no later record, no flush).
         let writer = RunDirWriter::create(dir).unwrap();
+        writer.on_event(&RunEvent::TurnFinished(&turn("a", 0)));
         writer.on_event(&RunEvent::SessionFinished(&session("a")));
         let deadline = Instant::now() + Duration::from_secs(30);
-        while ids(&path).is_empty() && Instant::now() < deadline {
+        while session_ids(dir).is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(ids(&path), ["a"], "written by the flusher");
+        assert_eq!(session_ids(dir), ["a"], "written by the flusher");
+        assert_eq!(turn_ids(dir), ["a/0"], "written by the flusher");
         // Dropping the writer writes what waits.
+        writer.on_event(&RunEvent::TurnFinished(&turn("b", 0)));
         writer.on_event(&RunEvent::SessionFinished(&session("b")));
         writer.on_event(&RunEvent::SessionFinished(&session("c")));
         drop(writer);
-        assert_eq!(ids(&path), ["a", "b", "c"]);
-        // A batch that reaches its size is written at once, in order, whole lines only.
-        let writer = RunDirWriter::create(dir).unwrap();
-        let n = SESSION_BATCH_BYTES / 150 + 2;
-        for i in 0..n {
-            writer.on_event(&RunEvent::SessionFinished(&session(&format!("s{i}"))));
+        assert_eq!(session_ids(dir), ["a", "b", "c"]);
+        assert_eq!(turn_ids(dir), ["a/0", "b/0"]);
+    }
+
+    #[test]
+    fn a_full_batch_is_written_at_once_turns_before_sessions() {
+        let tmp = tempfile::Builder::new()
+            .prefix("bench-run-batch-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
+        // No flusher: only the batch size writes here.
+        let writer = RunDirWriter::create_with(dir, false).unwrap();
+        let line = |n: usize| n + 1;
+        // Session records: the one that fills the batch writes it, whole lines in order.
+        let full =
+            RECORD_BATCH_BYTES.div_ceil(line(serde_json::to_vec(&session("s0000")).unwrap().len()));
+        for i in 0..full - 1 {
+            writer.on_event(&RunEvent::SessionFinished(&session(&format!("s{i:04}"))));
         }
-        let written = ids(&path);
-        assert!(written.len() > 3, "a full batch waits no longer");
-        assert!(std::fs::read(&path).unwrap().ends_with(b"\n"));
-        let expected: Vec<String> = (0..written.len() - 3).map(|i| format!("s{i}")).collect();
-        assert_eq!(written[3..], expected[..], "whole records, in order");
+        assert!(session_ids(dir).is_empty(), "a batch short of full waits");
+        writer.on_event(&RunEvent::SessionFinished(&session(&format!(
+            "s{:04}",
+            full - 1
+        ))));
+        let expected: Vec<String> = (0..full).map(|i| format!("s{i:04}")).collect();
+        assert_eq!(session_ids(dir), expected, "a full batch waits no longer");
+        assert!(
+            std::fs::read(dir.join(files::SESSIONS))
+                .unwrap()
+                .ends_with(b"\n")
+        );
+        // Turn records likewise.
+        let full =
+            RECORD_BATCH_BYTES.div_ceil(line(serde_json::to_vec(&turn("t0000", 0)).unwrap().len()));
+        for i in 0..full - 1 {
+            writer.on_event(&RunEvent::TurnFinished(&turn(&format!("t{i:04}"), 0)));
+        }
+        assert!(turn_ids(dir).is_empty(), "a batch short of full waits");
+        writer.on_event(&RunEvent::TurnFinished(&turn(
+            &format!("t{:04}", full - 1),
+            0,
+        )));
+        let expected: Vec<String> = (0..full).map(|i| format!("t{i:04}/0")).collect();
+        assert_eq!(turn_ids(dir), expected, "a full batch waits no longer");
+        // A session batch written takes the turn records waiting with it, first.
+        writer.on_event(&RunEvent::TurnFinished(&turn("x", 0)));
+        let before = session_ids(dir).len();
+        let full =
+            RECORD_BATCH_BYTES.div_ceil(line(serde_json::to_vec(&session("x")).unwrap().len()));
+        for _ in 0..full {
+            writer.on_event(&RunEvent::SessionFinished(&session("x")));
+        }
+        assert_eq!(session_ids(dir).len(), before + full);
+        assert_eq!(turn_ids(dir).last().map(String::as_str), Some("x/0"));
+        assert!(writer.errors().is_empty());
+    }
+
+    #[test]
+    fn a_turn_record_reaches_the_file_before_the_session_sends_its_next_turn() {
+        let tmp = tempfile::Builder::new()
+            .prefix("bench-run-next-turn-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
+        let writer = RunDirWriter::create_with(dir, false).unwrap();
+        writer.on_event(&sent("a", 0));
+        writer.on_event(&RunEvent::TurnFinished(&turn("a", 0)));
+        writer.on_event(&sent("b", 0));
+        writer.on_event(&RunEvent::TurnFinished(&turn("b", 0)));
+        // A session's first turn follows none of its own: nothing is written for it.
+        writer.on_event(&sent("c", 0));
+        assert!(turn_ids(dir).is_empty());
+        // A later turn of any session: every turn record waiting goes first.
+        writer.on_event(&sent("a", 1));
+        assert_eq!(turn_ids(dir), ["a/0", "b/0"]);
+        writer.on_event(&RunEvent::TurnFinished(&turn("a", 1)));
+        writer.on_event(&RunEvent::SessionFinished(&session("a")));
+        assert_eq!(turn_ids(dir), ["a/0", "b/0"], "a's last turn waits");
+        writer.on_event(&sent("b", 1));
+        assert_eq!(turn_ids(dir), ["a/0", "b/0", "a/1"]);
+        assert_eq!(session_ids(dir), ["a"], "written with the turns");
         writer.flush();
-        let all = ids(&path);
-        assert_eq!(all.len(), 3 + n);
-        assert_eq!(all[3..].first().map(String::as_str), Some("s0"));
-        assert_eq!(all.last().cloned(), Some(format!("s{}", n - 1)));
+        assert_eq!(turn_ids(dir), ["a/0", "b/0", "a/1"]);
+        assert!(writer.errors().is_empty());
     }
 }

@@ -43,6 +43,7 @@ pub mod jsonl;
 pub mod record;
 pub mod secrets;
 pub mod size;
+mod turn_json;
 
 pub use error_kind::ErrorKind;
 pub use event::{
