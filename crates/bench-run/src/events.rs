@@ -182,18 +182,6 @@ impl Lines {
         })
     }
 
-    /// Appends `record`'s line (a failure noted, the buffer left as it was).
-    fn push<T: serde::Serialize>(&mut self, record: &T, errors: &Mutex<Vec<String>>) {
-        let len = self.buf.len();
-        match serde_json::to_writer(&mut self.buf, record) {
-            Ok(()) => self.buf.push(b'\n'),
-            Err(e) => {
-                self.buf.truncate(len);
-                note_error(errors, &self.path, &e);
-            }
-        }
-    }
-
     /// Writes the waiting lines (one `write` call), noting a failure in `errors`.
     fn write_out(&mut self, errors: &Mutex<Vec<String>>) {
         if self.buf.is_empty() {
@@ -299,7 +287,8 @@ impl RunDirWriter {
 
     fn write_session(&self, value: &SessionRecord) {
         if let Ok(mut p) = self.pending.lock() {
-            p.sessions.push(value, &self.errors);
+            value.write_json(&mut p.sessions.buf);
+            p.sessions.buf.push(b'\n');
             p.added(&self.errors);
         }
     }
