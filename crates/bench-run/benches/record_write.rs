@@ -2,7 +2,8 @@
 //! `TurnRecord` (every measurement field set, 64 or 1,024 chunk gaps with full-precision ms
 //! values as the engine computes them).
 //!
-//! - `serialize/<n>_gaps`: `serde_json::to_vec` + `\n`, as `RunDirWriter` does;
+//! - `serialize/<n>_gaps`: `TurnRecord::write_json` + `\n` into a fresh buffer (serde's bytes,
+//!   its keys written as literals), as `RunDirWriter` does into its batch;
 //! - `write_only/<n>_gaps`: one `write_all` of the ready line on an unbuffered append-mode
 //!   `File` (the syscall alone);
 //! - `serialize_write/<n>_gaps`: the real `RunDirWriter` handling `RunEvent::TurnFinished`
@@ -69,9 +70,10 @@ fn record(gaps: usize) -> TurnRecord {
     }
 }
 
-/// `RunDirWriter::write`'s serialization.
+/// `RunDirWriter`'s serialization of a turn record.
 fn line(rec: &TurnRecord) -> Vec<u8> {
-    let mut l = serde_json::to_vec(rec).unwrap();
+    let mut l = Vec::new();
+    rec.write_json(&mut l);
     l.push(b'\n');
     l
 }
