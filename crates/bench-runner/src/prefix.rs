@@ -18,31 +18,11 @@
 //! later request gets no figure (`None`) rather than an underestimate that would wrongly flag
 //! the server as warm.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Bytes per piece (about 32 tokens of text at ~4 bytes per token).
 pub(crate) const CHUNK: usize = 128;
-
-/// The hashes are already uniform: the map uses them as they are.
-#[derive(Default)]
-struct Identity(u64);
-
-impl Hasher for Identity {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
 
 const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 
@@ -193,7 +173,84 @@ pub(crate) struct PrefixIndex {
     full: AtomicBool,
 }
 
-type Shard = HashMap<u64, u32, BuildHasherDefault<Identity>>;
+/// One shard's prefixes: an open-addressing table of packed slots, probed linearly. A slot
+/// holds a prefix's hash with its two low bits replaced by how many plays sent it (1, or 2 for
+/// two or more: the search only asks "at least two?"); 0 is an empty slot. A lookup or insert
+/// reads one slot, usually one cache line (a general map read a control byte and a separate
+/// bucket: two cache misses per piece, most of the index's cost in a short turn).
+struct Shard {
+    slots: Vec<u64>,
+    len: usize,
+}
+
+impl Shard {
+    /// Slots kept at most half full.
+    #[allow(clippy::slow_vector_initialization)] // on purpose: see below
+    fn with_capacity(n: usize) -> Shard {
+        // Written, not `vec![0; n]` (which may map pages touched only in the run): the pages
+        // are faulted in here, before the run's clock starts.
+        let mut slots = Vec::new();
+        slots.resize((n * 2).next_power_of_two().max(16), 0);
+        Shard { slots, len: 0 }
+    }
+
+    /// The slot value of hash `h` (without its count): never 0.
+    fn key(h: u64) -> u64 {
+        match h & !3 {
+            0 => 4,
+            k => k,
+        }
+    }
+
+    /// Where `key` is, or the empty slot where it would go.
+    fn find(&self, key: u64) -> usize {
+        let mask = self.slots.len() - 1;
+        // The low bits of the hash (above the count's) pick the slot; the shard was picked by
+        // bits from the middle.
+        let mut i = (key >> 2) as usize & mask;
+        loop {
+            let s = self.slots[i];
+            if s == 0 || s & !3 == key {
+                return i;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Counts a play sending prefix `h`; true when no play had sent it before.
+    fn add(&mut self, h: u64) -> bool {
+        let key = Self::key(h);
+        let i = self.find(key);
+        match self.slots[i] {
+            0 => {
+                self.slots[i] = key | 1;
+                self.len += 1;
+                if self.len * 2 > self.slots.len() {
+                    self.grow();
+                }
+                true
+            }
+            s => {
+                self.slots[i] = key | (s & 3).saturating_add(1).min(2);
+                false
+            }
+        }
+    }
+
+    /// Whether at least two plays sent prefix `h`.
+    fn sent_twice(&self, h: u64) -> bool {
+        self.slots[self.find(Self::key(h))] & 3 >= 2
+    }
+
+    fn grow(&mut self) {
+        let old = std::mem::take(&mut self.slots);
+        self.slots = vec![0; old.len() * 2];
+        for s in old.into_iter().filter(|&s| s != 0) {
+            let i = self.find(s & !3);
+            self.slots[i] = s;
+        }
+    }
+}
 
 impl Default for PrefixIndex {
     fn default() -> Self {
@@ -212,12 +269,7 @@ impl PrefixIndex {
         let per_shard = pieces.min(Self::CAP) / Self::SHARDS;
         PrefixIndex {
             shards: (0..Self::SHARDS)
-                .map(|_| {
-                    Mutex::new(Shard::with_capacity_and_hasher(
-                        per_shard,
-                        Default::default(),
-                    ))
-                })
+                .map(|_| Mutex::new(Shard::with_capacity(per_shard)))
                 .collect(),
             len: AtomicUsize::new(0),
             full: AtomicBool::new(false),
@@ -242,11 +294,8 @@ impl PrefixIndex {
         bytes / CHUNK
     }
 
-    /// The hashes are xxh3 values, used by the maps as they are: the low bits pick a bucket and
-    /// the top seven are the tag compared before a key is. The shard is picked by bits from
-    /// the middle, so every key of a shard still has its own tag (picked by the top bits, all
-    /// keys of a shard had one of two tags, and an insert compared the keys of half the
-    /// occupied slots in its group: a cache miss each).
+    /// The hashes are xxh3 values, used as they are: the shard is picked by bits from the
+    /// middle, the slot in it by the low bits.
     fn shard_of(h: u64) -> usize {
         (h >> 32) as usize % Self::SHARDS
     }
@@ -269,9 +318,7 @@ impl PrefixIndex {
         }
         let mut added = 0;
         let mut count = |shard: &mut Shard, h: u64| {
-            let c = shard.entry(h).or_insert(0);
-            added += usize::from(*c == 0);
-            *c += 1;
+            added += usize::from(shard.add(h));
         };
         if new <= 16 {
             // A later turn's few pieces: a lock each costs less than sorting them.
@@ -306,7 +353,7 @@ impl PrefixIndex {
         // search (content no other play sent); otherwise a binary search of the rest.
         let sent_twice = |i: usize| {
             let h = chain.hash_at(i);
-            self.shard(h).get(&h).is_some_and(|&c| c >= 2)
+            self.shard(h).sent_twice(h)
         };
         let all = chain.len();
         let mut lo = chain.lead.min(all);
@@ -460,6 +507,34 @@ mod tests {
         let got = idx.shared(&mut a, 0).unwrap();
         assert!((224..=256).contains(&got), "{got}");
         assert_eq!(idx.shared(&mut a, 0), Some(got));
+    }
+
+    #[test]
+    fn a_shard_counts_each_prefix_up_to_two_and_keeps_them_as_it_grows() {
+        let mut shard = Shard::with_capacity(0);
+        let keys: Vec<u64> = (0..1000u64)
+            .map(|i| xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()))
+            .chain([0, 1, 2, 3]) // all packed into the same slot value: one prefix
+            .collect();
+        for &h in &keys[..1000] {
+            assert!(shard.add(h));
+            assert!(!shard.sent_twice(h));
+        }
+        assert!(shard.add(0));
+        for h in [1, 2, 3] {
+            assert!(!shard.add(h));
+        }
+        assert_eq!(shard.len, 1001);
+        assert!(shard.slots.len() >= 2 * shard.len, "{}", shard.slots.len());
+        for &h in keys.iter().step_by(2) {
+            assert!(!shard.add(h));
+        }
+        for (i, &h) in keys[..1000].iter().enumerate() {
+            assert_eq!(shard.sent_twice(h), i % 2 == 0, "key {i}");
+        }
+        assert!(shard.sent_twice(3));
+        assert!(!shard.sent_twice(xxhash_rust::xxh3::xxh3_64(b"never sent")));
+        assert_eq!(shard.len, 1001);
     }
 
     #[test]

@@ -216,6 +216,21 @@ fn bench(c: &mut Criterion) {
             black_box(c.finish(t0).unwrap().content.len())
         })
     });
+    // A whole non-streamed answer (vLLM's shape, 64 tokens of text, usage with details).
+    let whole = format!(
+        r#"{{"id":"chatcmpl-ed83869ceb358a76adb2220aa0ccb2b3","object":"chat.completion","created":1796613785,"model":"m","choices":[{{"index":0,"message":{{"role":"assistant","content":"{}","refusal":null,"tool_calls":[],"reasoning_content":null}},"logprobs":null,"finish_reason":"length","stop_reason":null}}],"usage":{{"prompt_tokens":385,"total_tokens":449,"completion_tokens":64,"prompt_tokens_details":{{"cached_tokens":256}}}},"prompt_logprobs":null}}"#,
+        " lorem ipsum dolor sit amet".repeat(12)
+    );
+    g.throughput(Throughput::Bytes(whole.len() as u64));
+    g.bench_function("consumer_whole_response", |b| {
+        b.iter(|| {
+            let t0 = Instant::now();
+            let mut c = ChatStreamConsumer::new(t0, false);
+            c.feed(whole.as_bytes(), t0).unwrap();
+            let out = c.finish(t0).unwrap();
+            black_box((out.content.len(), out.usage))
+        })
+    });
     g.finish();
     for (name, endpoint, body) in [
         ("responses", Endpoint::Responses, responses_stream()),

@@ -337,6 +337,8 @@ pub struct Client {
     host: HeaderValue,
     scheme_authority: String,
     path_prefix: String,
+    /// The four endpoints' request targets, parsed once (a turn clones one).
+    endpoint_uris: Arc<[(&'static str, Uri)]>,
     headers: HeaderMap,
     timeout: Duration,
     connect_timeout: Duration,
@@ -447,7 +449,15 @@ impl Client {
             }
             headers.append(name, value);
         }
+        let endpoint_uris = crate::Endpoint::ALL
+            .iter()
+            .filter_map(|e| {
+                let uri = format!("{path_prefix}{}", e.path()).parse::<Uri>().ok()?;
+                Some((e.path(), uri))
+            })
+            .collect();
         Ok(Client {
+            endpoint_uris,
             pool: Arc::new(Pool {
                 idle: Mutex::new(Vec::new()),
                 max_idle: config.max_idle_per_host,
@@ -494,6 +504,9 @@ impl Client {
     }
 
     fn path(&self, path: &str) -> Result<Uri, Error> {
+        if let Some((_, uri)) = self.endpoint_uris.iter().find(|(p, _)| *p == path) {
+            return Ok(uri.clone());
+        }
         let s = format!("{}{}", self.path_prefix, path);
         s.parse::<Uri>()
             .map_err(|e| Error::new(ErrorKind::InvalidRequest, format!("bad path {s}: {e}")))

@@ -1,26 +1,30 @@
-//! A fast path for the common shape of a streamed chat-completion chunk.
+//! A fast path for the common shape of a chat-completion chunk, and of a whole non-streamed
+//! chat completion.
 //!
 //! Decoding each chunk with serde was about 30 % of the client's CPU in a streamed turn: most
 //! of a chunk is fields the client never reads (`id`, `object`, `created`, `model`, ...), and
-//! one chunk is one output token. [`parse`] walks the chunk once, validating it as strict JSON,
-//! skipping what it does not need and borrowing the text it does. It gives up (`None`) on
-//! anything less common, and the caller then decodes the chunk with serde, which also reports
-//! what is malformed. So the fast path may only ever accept what serde accepts, and must return
-//! exactly what serde would; the tests check both over captured streams and mutations of them.
+//! one chunk is one output token. A whole response cost serde ~8,000 instructions (a sixth of
+//! a non-streamed turn's client work). [`parse`] walks the JSON once, validating it as strict
+//! JSON, skipping what it does not need and borrowing the text it does. It gives up (`None`)
+//! on anything less common, and the caller then decodes the chunk with serde, which also
+//! reports what is malformed. So the fast path may only ever accept what serde accepts, and
+//! must return exactly what serde would; the tests check both over captured streams, whole
+//! responses and mutations of them.
 //!
 //! It tells reasoning output (`reasoning_content`, `reasoning`) from answer output (`content`,
-//! `refusal`) exactly as serde's reading does (a delta with `tool_calls`, also answer output, is
-//! left to serde).
+//! `refusal`) exactly as serde's reading does (a delta or message with a tool call, also
+//! answer output, is left to serde). A response's `message` reads as a chunk's `delta`, and a
+//! `usage` object is read in full (its counts, `prompt_tokens_details.cached_tokens` and
+//! `completion_tokens_details.reasoning_tokens`).
 //!
 //! It gives up on: escapes in a key, and `\u` surrogates in a text it returns (other escapes are
-//! decoded); a `usage`, `sglext` or `error`
-//! that is not `null` (the usage chunk comes once per stream); `tool_calls` or `message`; more
-//! than one choice; a duplicated field the client reads; nesting deeper than 64; a number it
-//! would not read exactly like serde (e.g. a non-integer `index`).
+//! decoded); an `sglext` or `error` that is not `null`; `tool_calls` other than `null` or `[]`;
+//! more than one choice; a duplicated field the client reads; nesting deeper than 64; a number
+//! it would not read exactly like serde (e.g. a non-integer `index` or token count).
 
 use std::borrow::Cow;
 
-use crate::openai::wire::{Choices, Chunk, some};
+use crate::openai::wire::{Choices, Chunk, CompletionDetails, PromptDetails, UsageWire, some};
 
 /// Nesting allowed in skipped values (serde's own limit is 128).
 const MAX_DEPTH: u32 = 64;
@@ -76,7 +80,7 @@ pub(crate) fn parse_with<'a>(data: &'a str, memo: &mut Memo) -> Option<Chunk<'a>
     p.ws();
     (p.i == p.b.len()).then_some(Chunk {
         choices: top.choices,
-        usage: None,
+        usage: top.usage,
         sglext: None,
         error: None,
     })
@@ -86,6 +90,7 @@ pub(crate) fn parse_with<'a>(data: &'a str, memo: &mut Memo) -> Option<Chunk<'a>
 #[derive(Default)]
 struct Top<'a> {
     choices: Option<Choices<'a>>,
+    usage: Option<UsageWire>,
     /// Which of `choices`, `usage`, `sglext`, `error` were read (a second one is left to
     /// serde, which rejects the duplicate).
     seen: u8,
@@ -112,6 +117,10 @@ impl<'a> Top<'a> {
             }
             self.seen |= bit;
             self.choices = p.choices()?;
+            Some(())
+        } else if bit == 2 {
+            self.seen |= bit;
+            self.usage = p.usage()?;
             Some(())
         } else {
             self.seen |= bit;
@@ -143,6 +152,37 @@ impl Delta<'_> {
     fn has_answer(&self) -> bool {
         self.nonempty & (1 | 8) != 0
     }
+}
+
+/// Where the first `"`, `\\` or control character of `b` is: eight bytes at a time (a whole
+/// answer's text is hundreds of bytes; a byte at a time it was most of the parse).
+fn first_special(b: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut words = b.chunks_exact(8);
+    let mut at = 0;
+    for w in words.by_ref() {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(w);
+        let w = u64::from_le_bytes(eight);
+        let quote = w ^ (ONES * u64::from(b'"'));
+        let slash = w ^ (ONES * u64::from(b'\\'));
+        // The lowest byte flagged in each is exact (only bytes above a match can be flagged
+        // by a borrow), so the lowest of the three is the first match.
+        let found = ((quote.wrapping_sub(ONES) & !quote)
+            | (slash.wrapping_sub(ONES) & !slash)
+            | (w.wrapping_sub(ONES * 0x20) & !w))
+            & HIGH;
+        if found != 0 {
+            return Some(at + (found.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+        .map(|n| at + n)
 }
 
 struct P<'a> {
@@ -218,11 +258,8 @@ impl<'a> P<'a> {
     /// Moves to the next `"` or `\\` of the current string; `None` at the end of the input or
     /// on a control character before it (not allowed in a JSON string).
     fn seek_quote_or_escape(&mut self) -> Option<u8> {
-        // (Strings here are short: a plain loop beats memchr's setup.)
         let rest = &self.b[self.i..];
-        let n = rest
-            .iter()
-            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+        let n = first_special(rest)?;
         if rest[n] < 0x20 {
             return None;
         }
@@ -292,8 +329,9 @@ impl<'a> P<'a> {
         }
     }
 
-    /// A `u32` written as JSON writes an integer (no sign, fraction, exponent or leading zero).
-    fn index(&mut self) -> Option<u32> {
+    /// An unsigned integer written as JSON writes one (no sign, fraction, exponent or leading
+    /// zero) that fits `T`: what serde reads as `T` from a number (others are left to it).
+    fn uint<T: std::str::FromStr>(&mut self) -> Option<T> {
         let start = self.i;
         while let Some(b'0'..=b'9') = self.peek() {
             self.i += 1;
@@ -321,14 +359,14 @@ impl<'a> P<'a> {
             return Some(Some(out));
         }
         self.eat(b'{')?;
-        let (mut index, mut delta, mut finish) = (0u32, None, None);
+        let (mut index, mut delta, mut message, mut finish) = (0u32, None, None, None);
         let mut seen = 0u8;
         self.members(|p, key| {
             let bit = match key {
                 "index" => 1,
                 "delta" => 2,
                 "finish_reason" => 4,
-                "message" => return None,
+                "message" => 8,
                 _ => return p.skip_value(1),
             };
             if seen & bit != 0 {
@@ -336,12 +374,15 @@ impl<'a> P<'a> {
             }
             seen |= bit;
             match bit {
-                1 => index = p.index()?,
+                1 => index = p.uint()?,
                 2 => delta = p.delta()?,
+                8 => message = p.delta()?,
                 _ => finish = p.opt_text()?,
             }
             Some(())
         })?;
+        // A whole response's `message` reads as a chunk's `delta` (serde: `delta.or(message)`).
+        let delta = delta.or(message);
         self.ws();
         self.eat(b']')?; // a second choice: left to serde
         if let Some(d) = &delta {
@@ -373,6 +414,12 @@ impl<'a> P<'a> {
                 "reasoning_content" => (2, &mut d.reasoning_content),
                 "reasoning" => (4, &mut d.reasoning),
                 "refusal" => (8, &mut d.refusal),
+                // No tool call (`null` or `[]`, as vLLM writes in every message) adds nothing;
+                // a call is left to serde.
+                "tool_calls" if seen & 16 == 0 => {
+                    seen |= 16;
+                    return p.null().or_else(|| p.empty_array());
+                }
                 "tool_calls" => return None,
                 _ => return p.skip_value(2),
             };
@@ -387,6 +434,86 @@ impl<'a> P<'a> {
             Some(())
         })?;
         Some(Some(d))
+    }
+
+    /// `[]` (whitespace inside allowed).
+    fn empty_array(&mut self) -> Option<()> {
+        self.eat(b'[')?;
+        self.ws();
+        self.eat(b']')
+    }
+
+    /// `null` or an unsigned integer (see [`P::uint`]).
+    fn opt_uint<T: std::str::FromStr>(&mut self) -> Option<Option<T>> {
+        if self.peek()? == b'n' {
+            self.null()?;
+            return Some(None);
+        }
+        self.uint().map(Some)
+    }
+
+    /// `null` or a `usage` object, read like serde's [`UsageWire`].
+    fn usage(&mut self) -> Option<Option<UsageWire>> {
+        if self.peek()? == b'n' {
+            self.null()?;
+            return Some(None);
+        }
+        self.eat(b'{')?;
+        let mut u = UsageWire::default();
+        let mut seen = 0u8;
+        self.members(|p, key| {
+            let bit = match key {
+                "prompt_tokens" => 1,
+                "completion_tokens" => 2,
+                "total_tokens" => 4,
+                "prompt_tokens_details" => 8,
+                "completion_tokens_details" => 16,
+                _ => return p.skip_value(2),
+            };
+            if seen & bit != 0 {
+                return None;
+            }
+            seen |= bit;
+            match bit {
+                1 => u.prompt_tokens = p.opt_uint()?,
+                2 => u.completion_tokens = p.opt_uint()?,
+                4 => u.total_tokens = p.opt_uint()?,
+                8 => {
+                    u.prompt_tokens_details = p
+                        .details("cached_tokens")?
+                        .map(|cached_tokens| PromptDetails { cached_tokens });
+                }
+                _ => {
+                    u.completion_tokens_details = p
+                        .details("reasoning_tokens")?
+                        .map(|reasoning_tokens| CompletionDetails { reasoning_tokens });
+                }
+            }
+            Some(())
+        })?;
+        Some(Some(u))
+    }
+
+    /// `null` or an object of which only the member `name` (`null` or an unsigned integer) is
+    /// read.
+    fn details(&mut self, name: &str) -> Option<Option<Option<u64>>> {
+        if self.peek()? == b'n' {
+            self.null()?;
+            return Some(None);
+        }
+        self.eat(b'{')?;
+        let (mut v, mut seen) = (None, false);
+        self.members(|p, key| {
+            if key != name {
+                return p.skip_value(3);
+            }
+            if std::mem::replace(&mut seen, true) {
+                return None;
+            }
+            v = p.opt_uint()?;
+            Some(())
+        })?;
+        Some(Some(v))
     }
 
     /// Skips one value, validating it (the cursor on its first byte).
@@ -510,8 +637,8 @@ mod tests {
             )
         });
         format!(
-            "{ch:?} usage={} sglext={} error={:?}",
-            c.usage.is_some(),
+            "{ch:?} usage={:?} sglext={} error={:?}",
+            c.usage,
             c.sglext.is_some(),
             c.error
         )
@@ -571,19 +698,35 @@ mod tests {
         // Another index: output but no text for choice 0.
         r#"{"choices":[{"index":1,"delta":{"content":"b"},"finish_reason":"stop"}]}"#,
         // Skipped values of every kind, whitespace everywhere.
+        // A usage chunk (once per stream), with and without details.
+        r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#,
+        r#"{"id":"c","choices":[],"usage":{"prompt_tokens":385,"completion_tokens":64,"total_tokens":449,"prompt_tokens_details":{"cached_tokens":256,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":12,"audio_tokens":0,"accepted_prediction_tokens":0}}}"#,
+        r#"{"usage":{"prompt_tokens":null,"completion_tokens":0,"prompt_tokens_details":null,"completion_tokens_details":{},"extra":[1,{"a":null}]},"choices":null}"#,
+        r#"{"usage":{"prompt_tokens_details":{"audio_tokens":1},"completion_tokens_details":{"reasoning_tokens":null}}}"#,
+        r#"{"usage":{"prompt_tokens":18446744073709551615}}"#,
+        // Whole non-streamed responses: the simulator's, vLLM's (every optional field written),
+        // llama.cpp's, OpenAI's.
+        r#"{"choices":[{"finish_reason":"stop","index":0,"logprobs":null,"message":{"content":" et ullamco ad dolor","role":"assistant"}}],"created":1796613785,"id":"chatcmpl-ed83869ceb358a76adb2220aa0ccb2b3","model":"sim","object":"chat.completion","usage":{"completion_tokens":23,"prompt_tokens":385,"prompt_tokens_details":{"cached_tokens":0},"total_tokens":408}}"#,
+        r#"{"id":"chatcmpl-9","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi there","refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[],"reasoning_content":"think"},"logprobs":null,"finish_reason":"length","stop_reason":null}],"service_tier":null,"system_fingerprint":null,"usage":{"prompt_tokens":10,"total_tokens":74,"completion_tokens":64,"prompt_tokens_details":null},"prompt_logprobs":null,"kv_transfer_params":null}"#,
+        r#"{"choices":[{"finish_reason":"length","index":0,"message":{"role":"assistant","content":"The \"answer\"\n"}}],"created":1796013671,"model":"smollm2","system_fingerprint":"b0-unknown","object":"chat.completion","usage":{"completion_tokens":8,"prompt_tokens":31,"total_tokens":39,"prompt_tokens_details":{"cached_tokens":30}},"id":"chatcmpl-x","timings":{"prompt_n":1,"prompt_ms":12.5,"predicted_per_second":80.1}}"#,
+        r#"{"id":"chatcmpl-o","object":"chat.completion","created":1,"model":"gpt","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":"I can't","tool_calls":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default"}"#,
+        // `delta` and `message` both: the delta is read.
+        r#"{"choices":[{"index":0,"message":{"content":"m"},"delta":{"content":"d"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"d","tool_calls":[ ]}}]}"#,
         " { \"x\" : [ 1 , -2.5e+3 , 0.0 , true , false , null , { \"a\" : [ ] } , \"\\\"\\u00e9\\n\" ] ,\n\"choices\" : [ { \"index\" : 0 , \"delta\" : { \"content\" : \"a\" } , \"logprobs\" : { \"content\" : [ { \"token\" : \"a\" , \"logprob\" : -0.1 } ] } } ] }\r\n",
     ];
 
     const FALLBACK: &[&str] = &[
         // A surrogate pair in the text, a usage chunk, tool calls, two choices, duplicate fields.
         r#"{"choices":[{"index":0,"delta":{"content":"a\ud83c\udf1fb"}}]}"#,
-        r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#,
         r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"name":"f"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"message":{"content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"message":{"tool_calls":[],"tool_calls":[]}}]}"#,
+        r#"{"choices":[{"index":0,"message":{"content":"a"},"message":null}]}"#,
         r#"{"choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{"content":"b"}}]}"#,
         r#"{"choices":[],"choices":[]}"#,
         r#"{"choices":[{"index":0,"index":0}]}"#,
         r#"{"choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}"#,
-        r#"{"choices":[{"index":0,"message":{"content":"a"}}]}"#,
         r#"{"error":{"message":"boom"}}"#,
         r#"{"sglext":{"cached_tokens_details":{"device":1,"host":0}}}"#,
         // Not quite JSON, or numbers read differently.
@@ -591,12 +734,53 @@ mod tests {
         r#"{"choices":[{"index":0.0}]}"#,
         r#"{"choices":[{"index":-0}]}"#,
         r#"{"choices":[{"index":4294967296}]}"#,
+        // Token counts serde would not read as integers, duplicates, a second `usage`.
+        r#"{"usage":{"prompt_tokens":1.0}}"#,
+        r#"{"usage":{"prompt_tokens":-1}}"#,
+        r#"{"usage":{"prompt_tokens":1e2}}"#,
+        r#"{"usage":{"prompt_tokens":18446744073709551616}}"#,
+        r#"{"usage":{"prompt_tokens":"3"}}"#,
+        r#"{"usage":{"prompt_tokens":1,"prompt_tokens":2}}"#,
+        r#"{"usage":{"prompt_tokens_details":{"cached_tokens":1,"cached_tokens":1}}}"#,
+        r#"{"usage":{"completion_tokens_details":[]}}"#,
+        r#"{"usage":null,"usage":null}"#,
+        r#"{"usage":[]}"#,
         r#"{"choices":[]} x"#,
         r#"{"choices":[],}"#,
         r#"{"x":01}"#,
         r#"{"x":"\ud800"}"#,
         r#"["choices"]"#,
     ];
+
+    #[test]
+    fn the_word_scan_finds_the_first_quote_escape_or_control_byte() {
+        let plain = |n: usize| vec![b'a'; n];
+        for len in 0..40 {
+            assert_eq!(first_special(&plain(len)), None, "len {len}");
+            for at in 0..len {
+                for special in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
+                    let mut b = plain(len);
+                    b[at] = special;
+                    // A later match (or a byte just above the range) changes nothing.
+                    if at + 1 < len {
+                        b[at + 1] = b'"';
+                    }
+                    assert_eq!(first_special(&b), Some(at), "len {len} at {at} {special}");
+                }
+                let mut b = plain(len);
+                b[at] = 0x20;
+                b.iter_mut().skip(at + 1).for_each(|c| *c = 0xff);
+                assert_eq!(first_special(&b), None, "len {len} at {at}");
+            }
+        }
+        // Bytes just around the ones looked for, and multi-byte UTF-8.
+        let near = "!#[]^`~ \u{7f}é中🌟".repeat(3);
+        assert_eq!(first_special(near.as_bytes()), None);
+        assert_eq!(
+            first_special(format!("{near}\"").as_bytes()),
+            Some(near.len())
+        );
+    }
 
     #[test]
     fn common_chunks_take_the_fast_path_and_read_as_serde_does() {

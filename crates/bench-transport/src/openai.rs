@@ -340,7 +340,7 @@ pub(crate) mod wire {
         pub arguments: Option<Cow<'a, str>>,
     }
 
-    #[derive(Deserialize, Default)]
+    #[derive(Deserialize, Default, Debug)]
     pub(crate) struct UsageWire {
         #[serde(default)]
         pub prompt_tokens: Option<u64>,
@@ -354,13 +354,13 @@ pub(crate) mod wire {
         pub completion_tokens_details: Option<CompletionDetails>,
     }
 
-    #[derive(Deserialize, Default)]
+    #[derive(Deserialize, Default, Debug)]
     pub(crate) struct CompletionDetails {
         #[serde(default)]
         pub reasoning_tokens: Option<u64>,
     }
 
-    #[derive(Deserialize, Default)]
+    #[derive(Deserialize, Default, Debug)]
     pub(crate) struct PromptDetails {
         #[serde(default)]
         pub cached_tokens: Option<u64>,

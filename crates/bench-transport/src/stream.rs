@@ -474,6 +474,16 @@ impl ChatStreamConsumer {
     }
 }
 
+/// Appends a parsed text to an accumulated one: the first (a whole non-streamed answer) is
+/// taken as it is when serde already copied it, not copied again.
+fn append(acc: &mut String, text: Option<std::borrow::Cow<'_, str>>) {
+    match text {
+        Some(std::borrow::Cow::Owned(t)) if acc.is_empty() => *acc = t,
+        Some(t) => acc.push_str(&t),
+        None => {}
+    }
+}
+
 impl Accum {
     /// Records the arrival of a chunk that carried `step`.
     #[inline]
@@ -531,11 +541,14 @@ impl Accum {
         self.chat_read(chunk)
     }
 
-    /// A whole non-streamed chat completion: serde at once (the fast path gives up on its
-    /// `message` and `usage`, after reading most of it).
+    /// A whole non-streamed chat completion: the fast path's common shape (its `message` read
+    /// as a delta, its `usage`), anything else through serde.
     fn chat_body(&mut self, data: &str) -> Result<Step, Error> {
-        let chunk = serde_json::from_str::<wire::Chunk<'_>>(data)
-            .map_err(|e| malformed(&e, data, "chunk"))?;
+        let chunk = match crate::fastchunk::parse(data) {
+            Some(c) => c,
+            None => serde_json::from_str::<wire::Chunk<'_>>(data)
+                .map_err(|e| malformed(&e, data, "chunk"))?,
+        };
         self.chat_read(chunk)
     }
 
@@ -551,12 +564,8 @@ impl Accum {
         if let Some(c) = chunk.choices {
             step.reasoning = c.has_reasoning;
             step.answer = c.has_answer;
-            if let Some(t) = &c.content {
-                self.content.push_str(t);
-            }
-            if let Some(r) = &c.reasoning {
-                self.reasoning.push_str(r);
-            }
+            append(&mut self.content, c.content);
+            append(&mut self.reasoning, c.reasoning);
             if let Some(f) = c.finish_reason {
                 self.finish_reason = Some(f.into_owned());
             }
