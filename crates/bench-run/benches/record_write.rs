@@ -73,7 +73,7 @@ fn record(gaps: usize) -> TurnRecord {
 /// `RunDirWriter`'s serialization of a turn record.
 fn line(rec: &TurnRecord) -> Vec<u8> {
     let mut l = Vec::new();
-    rec.write_json(&mut l);
+    rec.write_json(&mut l).expect("a record serializes");
     l.push(b'\n');
     l
 }

@@ -183,6 +183,27 @@ impl Lines {
     }
 
     /// Writes the waiting lines (one `write` call), noting a failure in `errors`.
+    /// Appends a line written by `write` and its newline; a line `write` fails is dropped
+    /// whole and noted. True when the line was added.
+    fn line(
+        &mut self,
+        write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+        errors: &Mutex<Vec<String>>,
+    ) -> bool {
+        let start = self.buf.len();
+        match write(&mut self.buf) {
+            Ok(()) => {
+                self.buf.push(b'\n');
+                true
+            }
+            Err(e) => {
+                self.buf.truncate(start);
+                note_error(errors, &self.path, &e);
+                false
+            }
+        }
+    }
+
     fn write_out(&mut self, errors: &Mutex<Vec<String>>) {
         if self.buf.is_empty() {
             return;
@@ -279,17 +300,19 @@ impl RunDirWriter {
     fn write_turn(&self, value: &TurnRecord) {
         if let Ok(mut p) = self.pending.lock() {
             // `serde_json`'s bytes, its keys written as literals.
-            value.write_json(&mut p.turns.buf);
-            p.turns.buf.push(b'\n');
-            p.added(&self.errors);
+            let r = p.turns.line(|buf| value.write_json(buf), &self.errors);
+            if r {
+                p.added(&self.errors);
+            }
         }
     }
 
     fn write_session(&self, value: &SessionRecord) {
         if let Ok(mut p) = self.pending.lock() {
-            value.write_json(&mut p.sessions.buf);
-            p.sessions.buf.push(b'\n');
-            p.added(&self.errors);
+            let r = p.sessions.line(|buf| value.write_json(buf), &self.errors);
+            if r {
+                p.added(&self.errors);
+            }
         }
     }
 
@@ -535,6 +558,45 @@ mod tests {
         drop(writer);
         assert_eq!(session_ids(dir), ["a", "b", "c"]);
         assert_eq!(turn_ids(dir), ["a/0", "b/0"]);
+    }
+
+    #[test]
+    fn a_record_that_fails_to_serialize_is_dropped_whole_and_noted() {
+        let tmp = tempfile::Builder::new()
+            .prefix("bench-run-badline-")
+            .tempdir()
+            .unwrap();
+        let path = tmp.path().join(files::TURNS);
+        let mut lines = Lines::open(path.clone()).unwrap();
+        let errors = Mutex::new(Vec::new());
+        let ok = |text: &'static [u8]| {
+            move |b: &mut Vec<u8>| {
+                b.extend_from_slice(text);
+                Ok(())
+            }
+        };
+        assert!(lines.line(ok(b"{\"a\":1}"), &errors));
+        // Part of a line written, then the failure: none of it stays.
+        let failed = lines.line(
+            |b| {
+                b.extend_from_slice(b"{\"b\":");
+                Err(serde_json::from_str::<u8>("x").unwrap_err())
+            },
+            &errors,
+        );
+        assert!(!failed);
+        assert!(lines.line(ok(b"{\"c\":3}"), &errors));
+        lines.write_out(&errors);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"a\":1}\n{\"c\":3}\n"
+        );
+        let noted = errors.into_inner().unwrap();
+        assert_eq!(noted.len(), 1, "{noted:?}");
+        assert!(
+            noted[0].starts_with(&path.display().to_string()),
+            "{noted:?}"
+        );
     }
 
     #[test]

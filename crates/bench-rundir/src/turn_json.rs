@@ -10,11 +10,11 @@ use serde_json::ser::{CompactFormatter, Formatter};
 
 use crate::{SessionRecord, TurnRecord};
 
-/// Appends `value` as `serde_json` would (a string, an enum, a nested value).
-fn serde<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-    // Writing to a `Vec` fails only for a value `serde_json` cannot write (a map with non-string
-    // keys), which no record holds.
-    let _ = serde_json::to_writer(&mut *out, value);
+/// Appends `value` as `serde_json` would (a string, an enum, a nested value). Writing to a
+/// `Vec` fails only for a value `serde_json` cannot write (a map with non-string keys), which
+/// no record holds today: a field that could is an error, not a silently broken line.
+fn serde<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> serde_json::Result<()> {
+    serde_json::to_writer(&mut *out, value)
 }
 
 fn key(out: &mut Vec<u8>, k: &str) {
@@ -52,10 +52,13 @@ fn opt_f64(out: &mut Vec<u8>, v: Option<f64>) {
     }
 }
 
-fn opt_serde<T: Serialize>(out: &mut Vec<u8>, v: &Option<T>) {
+fn opt_serde<T: Serialize>(out: &mut Vec<u8>, v: &Option<T>) -> serde_json::Result<()> {
     match v {
         Some(v) => serde(out, v),
-        None => out.extend_from_slice(b"null"),
+        None => {
+            out.extend_from_slice(b"null");
+            Ok(())
+        }
     }
 }
 
@@ -65,8 +68,9 @@ fn boolv(out: &mut Vec<u8>, v: bool) {
 
 impl TurnRecord {
     /// Appends this record as one JSON object (no newline), exactly the bytes
-    /// `serde_json::to_writer` writes for it.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
+    /// `serde_json::to_writer` writes for it, or fails where `serde_json` would (`out` then
+    /// holds part of a line: the caller drops it).
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
         let TurnRecord {
             session_id,
             replay,
@@ -111,17 +115,17 @@ impl TurnRecord {
             node,
         } = self;
         key(out, "{\"session_id\":");
-        serde(out, session_id.as_str());
+        serde(out, session_id.as_str())?;
         key(out, ",\"replay\":");
         u32v(out, *replay);
         key(out, ",\"turn_index\":");
         u32v(out, *turn_index);
         key(out, ",\"status\":");
-        serde(out, status);
+        serde(out, status)?;
         key(out, ",\"error_kind\":");
-        opt_serde(out, error_kind);
+        opt_serde(out, error_kind)?;
         key(out, ",\"error\":");
-        opt_serde(out, error);
+        opt_serde(out, error)?;
         key(out, ",\"ttft_ms\":");
         opt_f64(out, *ttft_ms);
         key(out, ",\"e2e_ms\":");
@@ -138,11 +142,11 @@ impl TurnRecord {
         key(out, "],\"input_tokens\":");
         opt_u64(out, *input_tokens);
         key(out, ",\"input_tokens_source\":");
-        opt_serde(out, input_tokens_source);
+        opt_serde(out, input_tokens_source)?;
         key(out, ",\"output_tokens\":");
         opt_u64(out, *output_tokens);
         key(out, ",\"output_tokens_source\":");
-        opt_serde(out, output_tokens_source);
+        opt_serde(out, output_tokens_source)?;
         key(out, ",\"cached_tokens\":");
         opt_u64(out, *cached_tokens);
         key(out, ",\"cached_device_tokens\":");
@@ -164,11 +168,11 @@ impl TurnRecord {
         key(out, ",\"end_s\":");
         f64v(out, *end_s);
         key(out, ",\"sent_utc\":");
-        serde(out, sent_utc.as_str());
+        serde(out, sent_utc.as_str())?;
         key(out, ",\"end_utc\":");
-        serde(out, end_utc.as_str());
+        serde(out, end_utc.as_str())?;
         key(out, ",\"worker\":");
-        opt_serde(out, worker);
+        opt_serde(out, worker)?;
         key(out, ",\"redials\":");
         u32v(out, *redials);
         // Written only when known (`skip_serializing_if`).
@@ -215,20 +219,22 @@ impl TurnRecord {
         }
         if !failed_attempts.is_empty() {
             key(out, ",\"failed_attempts\":");
-            serde(out, failed_attempts);
+            serde(out, failed_attempts)?;
         }
         if let Some(n) = node {
             key(out, ",\"node\":");
-            serde(out, n);
+            serde(out, n)?;
         }
         out.push(b'}');
+        Ok(())
     }
 }
 
 impl SessionRecord {
     /// Appends this record as one JSON object (no newline), exactly the bytes
-    /// `serde_json::to_writer` writes for it.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
+    /// `serde_json::to_writer` writes for it, or fails where `serde_json` would (`out` then
+    /// holds part of a line: the caller drops it).
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
         let SessionRecord {
             session_id,
             replay,
@@ -244,11 +250,11 @@ impl SessionRecord {
             superseded,
         } = self;
         key(out, "{\"session_id\":");
-        serde(out, session_id.as_str());
+        serde(out, session_id.as_str())?;
         key(out, ",\"replay\":");
         u32v(out, *replay);
         key(out, ",\"status\":");
-        serde(out, status);
+        serde(out, status)?;
         key(out, ",\"turns_played\":");
         u32v(out, *turns_played);
         key(out, ",\"turns_planned\":");
@@ -258,7 +264,7 @@ impl SessionRecord {
         key(out, ",\"busy_s\":");
         f64v(out, *busy_s);
         key(out, ",\"marker\":");
-        opt_serde(out, marker);
+        opt_serde(out, marker)?;
         key(out, ",\"warmup\":");
         boolv(out, *warmup);
         key(out, ",\"start_s\":");
@@ -269,6 +275,7 @@ impl SessionRecord {
             key(out, ",\"superseded\":true");
         }
         out.push(b'}');
+        Ok(())
     }
 }
 
@@ -357,7 +364,7 @@ mod tests {
 
     fn same_as_serde(r: &TurnRecord) {
         let mut ours = Vec::new();
-        r.write_json(&mut ours);
+        r.write_json(&mut ours).unwrap();
         let theirs = serde_json::to_vec(r).unwrap();
         assert_eq!(
             String::from_utf8(ours).unwrap(),
@@ -462,7 +469,7 @@ mod tests {
         };
         for r in [&full, &bare] {
             let mut ours = Vec::new();
-            r.write_json(&mut ours);
+            r.write_json(&mut ours).unwrap();
             assert_eq!(
                 String::from_utf8(ours).unwrap(),
                 String::from_utf8(serde_json::to_vec(r).unwrap()).unwrap()
@@ -484,7 +491,7 @@ mod tests {
             ..full()
         };
         let mut line = Vec::new();
-        r.write_json(&mut line);
+        r.write_json(&mut line).unwrap();
         let back: TurnRecord = serde_json::from_slice(&line).unwrap();
         assert_eq!(back, r);
     }

@@ -949,16 +949,13 @@ impl Client {
                 .map(Duration::from_secs);
             return Err(Error::status_error(parts.status, &buf).with_retry_after(retry_after));
         }
-        let is_sse = parts
-            .headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.to_ascii_lowercase().starts_with("text/event-stream"));
-        let is_json = parts
-            .headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.to_ascii_lowercase().contains("json"));
+        // (Compared without case and without a lowercased copy: this runs every turn.)
+        let content_type = parts.headers.get(CONTENT_TYPE).map(|v| v.as_bytes());
+        let is_sse = content_type.map(|v| {
+            v.get(..17)
+                .is_some_and(|p| p.eq_ignore_ascii_case(b"text/event-stream"))
+        });
+        let is_json = content_type.map(|v| v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")));
         // Trust the content type when it is explicit; otherwise go by what was asked for.
         let streamed = match (is_sse, is_json) {
             (Some(true), _) => true,

@@ -31,7 +31,7 @@ const MAX_DEPTH: u32 = 64;
 
 /// Parses `data` when it has the common shape; `None` leaves it to serde.
 pub(crate) fn parse(data: &str) -> Option<Chunk<'_>> {
-    parse_with(data, &mut Memo::default())
+    parse_memo(data, None)
 }
 
 /// What one stream's chunks have in common: the bytes of a chunk up to its `choices` value,
@@ -53,13 +53,21 @@ const MEMO_MAX: usize = 512;
 /// [`parse`], going on from where `memo` says the previous chunk's shared part ends, and
 /// noting it for the next.
 pub(crate) fn parse_with<'a>(data: &'a str, memo: &mut Memo) -> Option<Chunk<'a>> {
+    parse_memo(data, Some(memo))
+}
+
+/// [`parse_with`], or with no memo (a one-off: a whole response) [`parse`].
+fn parse_memo<'a>(data: &'a str, memo: Option<&mut Memo>) -> Option<Chunk<'a>> {
     let mut p = P {
         s: data,
         b: data.as_bytes(),
         i: 0,
     };
     let mut top = Top::default();
-    if !memo.prefix.is_empty() && p.b.starts_with(&memo.prefix) {
+    if let Some(memo) = memo
+        .as_deref()
+        .filter(|m| !m.prefix.is_empty() && p.b.starts_with(&m.prefix))
+    {
         // (The memo ends after the `:` and the whitespace that followed it there; this
         // chunk may have more.)
         p.i = memo.prefix.len();
@@ -72,7 +80,7 @@ pub(crate) fn parse_with<'a>(data: &'a str, memo: &mut Memo) -> Option<Chunk<'a>
         p.ws();
         p.eat(b'{')?;
         p.members(|p, key| top.member(p, key))?;
-        if let Some(at) = top.choices_at.filter(|at| *at <= MEMO_MAX) {
+        if let (Some(memo), Some(at)) = (memo, top.choices_at.filter(|at| *at <= MEMO_MAX)) {
             memo.prefix.clear();
             memo.prefix.extend_from_slice(&p.b[..at]);
         }

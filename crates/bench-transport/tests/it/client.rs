@@ -451,3 +451,39 @@ async fn request_with_sends_per_request_headers_and_body() {
         "{head}"
     );
 }
+
+#[tokio::test]
+async fn the_content_type_decides_stream_or_json_whatever_its_case() {
+    // A JSON answer to a streamed request, and a stream to a non-streamed one: the response's
+    // content type (any case, with parameters) says how to read it.
+    let json = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"Hello world"},"finish_reason":"length"}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}"#;
+    for (content_type, body, streamed) in [
+        ("Application/JSON; Charset=UTF-8", json, false),
+        ("TEXT/Event-Stream; charset=utf-8", STREAM, true),
+    ] {
+        let addr = serve(move |mut s, _| async move {
+            if read_request(&mut s).await.is_some() {
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                );
+                s.write_all(head.as_bytes()).await.unwrap();
+                s.write_all(body.as_bytes()).await.unwrap();
+            }
+        })
+        .await;
+        let mut req = request();
+        req.stream = !streamed;
+        let out = client(addr)
+            .chat(&req, &RequestOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{content_type}: {e}"));
+        assert_eq!(out.content, "Hello world", "{content_type}");
+        assert_eq!(out.streamed, streamed, "{content_type}");
+        assert_eq!(
+            out.usage.and_then(|u| u.completion_tokens),
+            Some(2),
+            "{content_type}"
+        );
+    }
+}
