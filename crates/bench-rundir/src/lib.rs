@@ -39,6 +39,7 @@
 
 pub mod error_kind;
 pub mod event;
+pub mod json_str;
 pub mod jsonl;
 pub mod record;
 pub mod secrets;

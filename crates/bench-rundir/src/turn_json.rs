@@ -8,13 +8,52 @@
 use serde::Serialize;
 use serde_json::ser::{CompactFormatter, Formatter};
 
-use crate::{SessionRecord, TurnRecord};
+use crate::{CountSource, SessionRecord, SessionStatus, TurnRecord, TurnStatus};
 
 /// Appends `value` as `serde_json` would (a string, an enum, a nested value). Writing to a
 /// `Vec` fails only for a value `serde_json` cannot write (a map with non-string keys), which
 /// no record holds today: a field that could is an error, not a silently broken line.
 fn serde<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> serde_json::Result<()> {
     serde_json::to_writer(&mut *out, value)
+}
+
+/// A string as `serde_json` writes it ([`crate::json_str::write_str`]).
+fn strv(out: &mut Vec<u8>, s: &str) {
+    crate::json_str::write_str(out, s);
+}
+
+fn opt_str(out: &mut Vec<u8>, v: &Option<String>) {
+    match v {
+        Some(s) => strv(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// The names `serde` gives the records' enums (`rename_all`), written as literals.
+fn turn_status(s: TurnStatus) -> &'static str {
+    match s {
+        TurnStatus::Ok => "\"ok\"",
+        TurnStatus::Error => "\"error\"",
+        TurnStatus::Timeout => "\"timeout\"",
+    }
+}
+
+fn count_source(s: Option<CountSource>) -> &'static str {
+    match s {
+        Some(CountSource::Server) => "\"server\"",
+        Some(CountSource::Client) => "\"client\"",
+        None => "null",
+    }
+}
+
+fn session_status(s: SessionStatus) -> &'static str {
+    match s {
+        SessionStatus::Completed => "\"completed\"",
+        SessionStatus::Truncated => "\"truncated\"",
+        SessionStatus::ContextGuard => "\"context_guard\"",
+        SessionStatus::Timeout => "\"timeout\"",
+        SessionStatus::Failed => "\"failed\"",
+    }
 }
 
 fn key(out: &mut Vec<u8>, k: &str) {
@@ -115,17 +154,17 @@ impl TurnRecord {
             node,
         } = self;
         key(out, "{\"session_id\":");
-        serde(out, session_id.as_str())?;
+        strv(out, session_id);
         key(out, ",\"replay\":");
         u32v(out, *replay);
         key(out, ",\"turn_index\":");
         u32v(out, *turn_index);
         key(out, ",\"status\":");
-        serde(out, status)?;
+        key(out, turn_status(*status));
         key(out, ",\"error_kind\":");
         opt_serde(out, error_kind)?;
         key(out, ",\"error\":");
-        opt_serde(out, error)?;
+        opt_str(out, error);
         key(out, ",\"ttft_ms\":");
         opt_f64(out, *ttft_ms);
         key(out, ",\"e2e_ms\":");
@@ -142,11 +181,11 @@ impl TurnRecord {
         key(out, "],\"input_tokens\":");
         opt_u64(out, *input_tokens);
         key(out, ",\"input_tokens_source\":");
-        opt_serde(out, input_tokens_source)?;
+        key(out, count_source(*input_tokens_source));
         key(out, ",\"output_tokens\":");
         opt_u64(out, *output_tokens);
         key(out, ",\"output_tokens_source\":");
-        opt_serde(out, output_tokens_source)?;
+        key(out, count_source(*output_tokens_source));
         key(out, ",\"cached_tokens\":");
         opt_u64(out, *cached_tokens);
         key(out, ",\"cached_device_tokens\":");
@@ -168,11 +207,11 @@ impl TurnRecord {
         key(out, ",\"end_s\":");
         f64v(out, *end_s);
         key(out, ",\"sent_utc\":");
-        serde(out, sent_utc.as_str())?;
+        strv(out, sent_utc);
         key(out, ",\"end_utc\":");
-        serde(out, end_utc.as_str())?;
+        strv(out, end_utc);
         key(out, ",\"worker\":");
-        opt_serde(out, worker)?;
+        opt_str(out, worker);
         key(out, ",\"redials\":");
         u32v(out, *redials);
         // Written only when known (`skip_serializing_if`).
@@ -250,11 +289,11 @@ impl SessionRecord {
             superseded,
         } = self;
         key(out, "{\"session_id\":");
-        serde(out, session_id.as_str())?;
+        strv(out, session_id);
         key(out, ",\"replay\":");
         u32v(out, *replay);
         key(out, ",\"status\":");
-        serde(out, status)?;
+        key(out, session_status(*status));
         key(out, ",\"turns_played\":");
         u32v(out, *turns_played);
         key(out, ",\"turns_planned\":");
@@ -264,7 +303,7 @@ impl SessionRecord {
         key(out, ",\"busy_s\":");
         f64v(out, *busy_s);
         key(out, ",\"marker\":");
-        opt_serde(out, marker)?;
+        opt_str(out, marker);
         key(out, ",\"warmup\":");
         boolv(out, *warmup);
         key(out, ",\"start_s\":");
@@ -474,6 +513,25 @@ mod tests {
                 String::from_utf8(ours).unwrap(),
                 String::from_utf8(serde_json::to_vec(r).unwrap()).unwrap()
             );
+        }
+    }
+
+    #[test]
+    fn the_enums_are_written_with_serdes_names() {
+        for s in [TurnStatus::Ok, TurnStatus::Error, TurnStatus::Timeout] {
+            assert_eq!(turn_status(s), serde_json::to_string(&s).unwrap());
+        }
+        for c in [None, Some(CountSource::Server), Some(CountSource::Client)] {
+            assert_eq!(count_source(c), serde_json::to_string(&c).unwrap());
+        }
+        for s in [
+            SessionStatus::Completed,
+            SessionStatus::Truncated,
+            SessionStatus::ContextGuard,
+            SessionStatus::Timeout,
+            SessionStatus::Failed,
+        ] {
+            assert_eq!(session_status(s), serde_json::to_string(&s).unwrap());
         }
     }
 

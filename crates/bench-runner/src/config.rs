@@ -525,7 +525,7 @@ impl RunConfig {
                     (self.request.endpoint, previous_response_id)
                 {
                     b.push_str("\"previous_response_id\":");
-                    b.push_str(&serde_json::to_string(id).unwrap_or_default());
+                    bench_rundir::json_str::push_str(&mut b, id);
                     b.push(',');
                 }
                 b.push_str(if self.request.endpoint == Endpoint::Chat {
@@ -643,7 +643,7 @@ impl RunConfig {
     fn write_model(&self, b: &mut String) {
         if !self.request.extra_body.contains_key("model") {
             b.push_str("\"model\":");
-            b.push_str(&serde_json::to_string(&self.model).unwrap_or_default());
+            bench_rundir::json_str::push_str(b, &self.model);
             b.push(',');
         }
     }
@@ -708,7 +708,7 @@ impl RunConfig {
                 continue;
             }
             b.push(',');
-            b.push_str(&serde_json::to_string(k).unwrap_or_default());
+            bench_rundir::json_str::push_str(b, k);
             b.push(':');
             b.push_str(&v.to_string());
         }

@@ -151,7 +151,7 @@ struct Shared<T> {
     client: T,
     observers: Vec<Arc<dyn Observer>>,
     start: Instant,
-    start_utc: time::OffsetDateTime,
+    utc: UtcClock,
     /// `--max-duration`: the hard fuse.
     fuse: Option<Instant>,
     cancel: CancelToken,
@@ -174,38 +174,108 @@ struct Shared<T> {
 /// outside years 0–9999, which RFC 3339 cannot write), without its generic writer: two of
 /// these per turn were ~3% of a non-streamed turn's client CPU.
 fn rfc3339_utc(at: time::OffsetDateTime) -> String {
+    match day_prefix(at) {
+        Some(date) => rfc3339_in_day(&date, at.time().as_hms_nano()),
+        None => String::new(),
+    }
+}
+
+/// `YYYY-MM-DDT` of `at`'s day, or `None` outside years 0–9999.
+fn day_prefix(at: time::OffsetDateTime) -> Option<[u8; 11]> {
     let (year, month, day) = at.to_calendar_date();
-    let Some(year) = u32::try_from(year).ok().filter(|y| *y < 10_000) else {
-        return String::new();
-    };
-    let (hour, minute, second, nanos) = at.to_hms_nano();
-    let mut b = *b"0000-00-00T00:00:00.000000000";
-    let mut digits = |at: usize, mut value: u32, n: usize| {
-        for i in (at..at + n).rev() {
-            b[i] = b'0' + (value % 10) as u8;
-            value /= 10;
-        }
-    };
-    digits(0, year, 4);
-    digits(5, u8::from(month).into(), 2);
-    digits(8, day.into(), 2);
-    digits(11, hour.into(), 2);
-    digits(14, minute.into(), 2);
-    digits(17, second.into(), 2);
+    let year = u32::try_from(year).ok().filter(|y| *y < 10_000)?;
+    let mut b = *b"0000-00-00T";
+    put_digits(&mut b[0..4], year);
+    put_digits(&mut b[5..7], u8::from(month).into());
+    put_digits(&mut b[8..10], day.into());
+    Some(b)
+}
+
+/// `value`'s last `out.len()` decimal digits, zero-padded.
+fn put_digits(out: &mut [u8], mut value: u32) {
+    for d in out.iter_mut().rev() {
+        *d = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
+}
+
+/// The RFC 3339 time of the day `date` (`YYYY-MM-DDT`) at `hour:minute:second.nanos`.
+fn rfc3339_in_day(date: &[u8; 11], (hour, minute, second, nanos): (u8, u8, u8, u32)) -> String {
+    let mut b = *b"00:00:00.000000000";
+    put_digits(&mut b[0..2], hour.into());
+    put_digits(&mut b[3..5], minute.into());
+    put_digits(&mut b[6..8], second.into());
     let end = if nanos == 0 {
-        19
+        8
     } else {
-        digits(20, nanos, 9);
+        put_digits(&mut b[9..], nanos);
         let mut end = b.len();
         while b[end - 1] == b'0' {
             end -= 1;
         }
         end
     };
-    let mut s = String::with_capacity(end + 1);
+    let mut s = String::with_capacity(date.len() + end + 1);
+    s.push_str(std::str::from_utf8(date).unwrap_or_default());
     s.push_str(std::str::from_utf8(&b[..end]).unwrap_or_default());
     s.push('Z');
     s
+}
+
+/// The run's UTC clock: an instant's RFC 3339 time ([`rfc3339_utc`]), with the calendar
+/// date worked out once for the day the run started (two times per turn; the calendar
+/// arithmetic was about half of each).
+struct UtcClock {
+    start: Instant,
+    start_utc: time::OffsetDateTime,
+    /// Nanoseconds from midnight (UTC) of the start's day to the start.
+    start_in_day_ns: u64,
+    /// `YYYY-MM-DDT` of the start's day (`None` outside years 0–9999).
+    date: Option<[u8; 11]>,
+}
+
+impl UtcClock {
+    const DAY_NS: u64 = 86_400 * 1_000_000_000;
+
+    fn new(start: Instant, start_utc: time::OffsetDateTime) -> UtcClock {
+        UtcClock {
+            start,
+            start_utc,
+            start_in_day_ns: u64::try_from(
+                (start_utc.time() - time::Time::MIDNIGHT).whole_nanoseconds(),
+            )
+            .unwrap_or(0),
+            date: day_prefix(start_utc),
+        }
+    }
+
+    /// `t` in RFC 3339 (after the start: an instant before it is the start).
+    fn rfc3339(&self, t: Instant) -> String {
+        let since = t.saturating_duration_since(self.start);
+        let in_day = u64::try_from(since.as_nanos())
+            .ok()
+            .and_then(|n| n.checked_add(self.start_in_day_ns))
+            .filter(|n| *n < Self::DAY_NS);
+        match (in_day, &self.date) {
+            (Some(ns), Some(date)) => {
+                let secs = (ns / 1_000_000_000) as u32;
+                let nanos = (ns % 1_000_000_000) as u32;
+                let hms = (
+                    (secs / 3600) as u8,
+                    (secs / 60 % 60) as u8,
+                    (secs % 60) as u8,
+                    nanos,
+                );
+                rfc3339_in_day(date, hms)
+            }
+            // Past the start's day (a run across midnight) or outside RFC 3339's years.
+            _ => time::Duration::try_from(since)
+                .ok()
+                .and_then(|d| self.start_utc.checked_add(d))
+                .map(rfc3339_utc)
+                .unwrap_or_default(),
+        }
+    }
 }
 
 /// One phase (warmup or measuring): its pool and its own clock limits.
@@ -233,7 +303,7 @@ impl<T: Transport> Shared<T> {
     }
 
     fn utc(&self, t: Instant) -> String {
-        rfc3339_utc(self.start_utc + t.saturating_duration_since(self.start))
+        self.utc.rfc3339(t)
     }
 
     fn emit(&self, ev: RunEvent<'_>) {
@@ -383,7 +453,7 @@ pub async fn run<T: Transport>(
         client,
         observers,
         start,
-        start_utc: time::OffsetDateTime::now_utc(),
+        utc: UtcClock::new(start, time::OffsetDateTime::now_utc()),
         cancel,
         fuse_blown: AtomicBool::new(false),
         duration_hit: AtomicBool::new(false),
@@ -1151,7 +1221,7 @@ fn turn_record<T: Transport>(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{Chunked, rfc3339_utc};
+    use super::{Chunked, UtcClock, rfc3339_utc};
     use std::time::Duration;
 
     #[test]
@@ -1186,6 +1256,48 @@ mod tests {
             .assume_utc();
         assert!(bc.format(&Rfc3339).is_err());
         assert_eq!(rfc3339_utc(bc), "", "a year before 0 has no RFC 3339 form");
+    }
+
+    #[test]
+    fn the_run_clock_writes_what_time_writes_on_the_start_day_and_past_it() {
+        use time::format_description::well_known::Rfc3339;
+        let now = tokio::time::Instant::now();
+        // Starts early in a day, just before midnight, and on the last day RFC 3339 can write.
+        let starts = [
+            time::OffsetDateTime::from_unix_timestamp_nanos(1_796_536_235_123_456_789).unwrap(),
+            time::OffsetDateTime::from_unix_timestamp(1_796_601_599).unwrap()
+                + Duration::from_nanos(999_999_000),
+            time::Date::from_calendar_date(9999, time::Month::December, 31)
+                .unwrap()
+                .with_hms(23, 59, 59)
+                .unwrap()
+                .assume_utc(),
+        ];
+        for start_utc in starts {
+            let clock = UtcClock::new(now, start_utc);
+            for after in [
+                Duration::ZERO,
+                Duration::from_nanos(1),
+                Duration::from_nanos(1_000),
+                Duration::from_millis(1),
+                Duration::from_secs(1),
+                Duration::from_secs(3_599),
+                Duration::from_secs(86_399) + Duration::from_nanos(999_999_999),
+                Duration::from_secs(86_400),
+                Duration::from_secs(86_400 * 3 + 17) + Duration::from_nanos(5),
+            ] {
+                let want = start_utc
+                    .checked_add(after.try_into().unwrap())
+                    .and_then(|at| at.format(&Rfc3339).ok())
+                    .unwrap_or_default();
+                assert_eq!(clock.rfc3339(now + after), want, "{start_utc} + {after:?}");
+            }
+            assert_eq!(
+                clock.rfc3339(now.checked_sub(Duration::from_secs(1)).unwrap_or(now)),
+                start_utc.format(&Rfc3339).unwrap(),
+                "an instant before the start is the start"
+            );
+        }
     }
 
     #[test]

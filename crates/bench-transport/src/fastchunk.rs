@@ -22,6 +22,7 @@
 //! more than one choice; a duplicated field the client reads; nesting deeper than 64; a number
 //! it would not read exactly like serde (e.g. a non-integer `index` or token count).
 
+use bench_rundir::json_str::first_special;
 use std::borrow::Cow;
 
 use crate::openai::wire::{Choices, Chunk, CompletionDetails, PromptDetails, UsageWire, some};
@@ -160,37 +161,6 @@ impl Delta<'_> {
     fn has_answer(&self) -> bool {
         self.nonempty & (1 | 8) != 0
     }
-}
-
-/// Where the first `"`, `\\` or control character of `b` is: eight bytes at a time (a whole
-/// answer's text is hundreds of bytes; a byte at a time it was most of the parse).
-fn first_special(b: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let mut words = b.chunks_exact(8);
-    let mut at = 0;
-    for w in words.by_ref() {
-        let mut eight = [0u8; 8];
-        eight.copy_from_slice(w);
-        let w = u64::from_le_bytes(eight);
-        let quote = w ^ (ONES * u64::from(b'"'));
-        let slash = w ^ (ONES * u64::from(b'\\'));
-        // The lowest byte flagged in each is exact (only bytes above a match can be flagged
-        // by a borrow), so the lowest of the three is the first match.
-        let found = ((quote.wrapping_sub(ONES) & !quote)
-            | (slash.wrapping_sub(ONES) & !slash)
-            | (w.wrapping_sub(ONES * 0x20) & !w))
-            & HIGH;
-        if found != 0 {
-            return Some(at + (found.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
-    }
-    words
-        .remainder()
-        .iter()
-        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
-        .map(|n| at + n)
 }
 
 struct P<'a> {
@@ -759,36 +729,6 @@ mod tests {
         r#"{"x":"\ud800"}"#,
         r#"["choices"]"#,
     ];
-
-    #[test]
-    fn the_word_scan_finds_the_first_quote_escape_or_control_byte() {
-        let plain = |n: usize| vec![b'a'; n];
-        for len in 0..40 {
-            assert_eq!(first_special(&plain(len)), None, "len {len}");
-            for at in 0..len {
-                for special in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
-                    let mut b = plain(len);
-                    b[at] = special;
-                    // A later match (or a byte just above the range) changes nothing.
-                    if at + 1 < len {
-                        b[at + 1] = b'"';
-                    }
-                    assert_eq!(first_special(&b), Some(at), "len {len} at {at} {special}");
-                }
-                let mut b = plain(len);
-                b[at] = 0x20;
-                b.iter_mut().skip(at + 1).for_each(|c| *c = 0xff);
-                assert_eq!(first_special(&b), None, "len {len} at {at}");
-            }
-        }
-        // Bytes just around the ones looked for, and multi-byte UTF-8.
-        let near = "!#[]^`~ \u{7f}é中🌟".repeat(3);
-        assert_eq!(first_special(near.as_bytes()), None);
-        assert_eq!(
-            first_special(format!("{near}\"").as_bytes()),
-            Some(near.len())
-        );
-    }
 
     #[test]
     fn common_chunks_take_the_fast_path_and_read_as_serde_does() {
