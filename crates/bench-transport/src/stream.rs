@@ -408,7 +408,8 @@ impl ChatStreamConsumer {
     pub fn finish(mut self, end: Instant) -> Result<TurnOutcome, Error> {
         let e2e = end.saturating_duration_since(self.sent);
         if !self.streamed {
-            let text = std::str::from_utf8(&self.body)
+            // simdutf8: a whole answer's bytes, several times faster than std's check.
+            let text = simdutf8::basic::from_utf8(&self.body)
                 .map_err(|_| Error::new(ErrorKind::MalformedJson, "response body is not UTF-8"))?;
             let s = &mut self.state;
             let step = match self.endpoint {
