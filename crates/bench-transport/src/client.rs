@@ -333,13 +333,13 @@ pub struct Client {
     connect_to: String,
     /// For `https://`: the TLS configuration and the name sent as SNI and verified.
     tls: Option<TlsTarget>,
-    /// The `Host` header value.
-    host: HeaderValue,
     scheme_authority: String,
     path_prefix: String,
     /// The four endpoints' request targets, parsed once (a turn clones one).
     endpoint_uris: Arc<[(&'static str, Uri)]>,
-    headers: HeaderMap,
+    /// Every request's headers: `Host`, then the configured ones (a turn clones the map,
+    /// which neither hashes a name nor parses a value again).
+    request_headers: HeaderMap,
     timeout: Duration,
     connect_timeout: Duration,
     limits: Limits,
@@ -401,6 +401,7 @@ impl Client {
             None
         };
         let mut headers = HeaderMap::new();
+        headers.insert(HOST, host);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let mut secrets = config.secrets.clone();
         secrets.add_url_credentials(&config.base_url);
@@ -465,10 +466,9 @@ impl Client {
             }),
             connect_to,
             tls,
-            host,
             scheme_authority,
             path_prefix,
-            headers,
+            request_headers: headers,
             timeout: config.timeout,
             limits: config.limits,
             connect_timeout: config.connect_timeout,
@@ -519,16 +519,11 @@ impl Client {
         body: &Segments,
         extra: &[(HeaderName, HeaderValue)],
     ) -> Result<Request<Segments>, Error> {
-        let mut req = Request::builder()
-            .method(method.clone())
-            .uri(uri.clone())
-            .body(body.clone())
-            .map_err(|e| Error::new(ErrorKind::InvalidRequest, e.to_string()))?;
+        let mut req = Request::new(body.clone());
+        *req.method_mut() = method.clone();
+        *req.uri_mut() = uri.clone();
         let h = req.headers_mut();
-        h.insert(HOST, self.host.clone());
-        for (k, v) in &self.headers {
-            h.append(k, v.clone());
-        }
+        *h = self.request_headers.clone();
         for (k, v) in extra {
             h.insert(k, v.clone());
         }
