@@ -1143,8 +1143,9 @@ fn oha_run(
 /// Bracketed pairs in the raw HTTP scenario: `oha, ours, oha, …, ours, oha`.
 const HTTP_PAIRS: usize = 9;
 
-/// The lower middle of `v` (sorted in place); `NaN` when empty.
-fn median(v: &mut [f64]) -> f64 {
+/// The lower middle of `v`; `NaN` when empty.
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v.get(v.len().saturating_sub(1) / 2)
         .copied()
@@ -1191,22 +1192,22 @@ fn http_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> {
     }
     let bracket = |i: usize, f: &dyn Fn(&ClientRun) -> f64| (f(&ohas[i]) + f(&ohas[i + 1])) / 2.0;
     let cpu_per_turn = |r: &ClientRun| r.load_cpu_s.unwrap_or(r.cpu_s) / r.turns_ok.max(1) as f64;
-    let mut ratios: Vec<f64> = (0..ours.len())
+    let ratios: Vec<f64> = (0..ours.len())
         .map(|i| ours[i].turns_per_s() / bracket(i, &|r| r.turns_per_s()))
         .collect();
-    let mut cpu_ratios: Vec<f64> = (0..ours.len())
+    let cpu_ratios: Vec<f64> = (0..ours.len())
         .map(|i| cpu_per_turn(&ours[i]) / bracket(i, &|r| r.cpu_s / r.turns_ok.max(1) as f64))
         .collect();
-    let mut oha_cpu: Vec<f64> = ohas
+    let oha_cpu: Vec<f64> = ohas
         .iter()
         .map(|r| r.cpu_s / r.turns_ok.max(1) as f64)
         .collect();
-    rep.oha_cpu_per_turn = Some(median(&mut oha_cpu));
+    rep.oha_cpu_per_turn = Some(median(&oha_cpu));
     let (lo, hi) = ratios
         .iter()
         .fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
-    let ratio = median(&mut ratios);
-    let cpu_ratio = median(&mut cpu_ratios);
+    let ratio = median(&ratios);
+    let cpu_ratio = median(&cpu_ratios);
     let failed: u64 = ours.iter().map(|r| r.turns_failed).sum();
     // The streamed turn the client scenario measures at the defaults, for `oha_target`: oha
     // reads every byte of the stream (it does not parse the events). Median of 3.
@@ -1222,11 +1223,11 @@ fn http_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> {
             &chat_body(256, 64, true),
         )?);
     }
-    let mut s_cpu: Vec<f64> = streamed
+    let s_cpu: Vec<f64> = streamed
         .iter()
         .map(|r| r.cpu_s / r.turns_ok.max(1) as f64)
         .collect();
-    rep.oha_streamed_cpu_per_turn = Some(median(&mut s_cpu));
+    rep.oha_streamed_cpu_per_turn = Some(median(&s_cpu));
     let measured = format!(
         "{:.0}% (median of {} bracketed pairs, {:.0}–{:.0}%; our load-phase CPU per turn {:.2}× oha's, median)",
         ratio * 100.0,
@@ -1246,6 +1247,7 @@ fn http_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> {
     rep.scenario(json!({
         "scenario": "http",
         "what": "non-streamed turns (256-token prompt, 64 output tokens), bench sim --instant; sim on CPU 0, client on CPU 1; oha and bench alternated, then oha streamed",
+        // In the order the pairs ran.
         "pair_ratios_turns_per_s": ratios,
         "pair_ratios_cpu_per_turn": cpu_ratios,
         "runs": runs,
