@@ -518,7 +518,7 @@ impl Client {
         uri: &Uri,
         body: &Segments,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> Result<Request<Segments>, Error> {
+    ) -> Request<Segments> {
         let mut req = Request::new(body.clone());
         *req.method_mut() = method.clone();
         *req.uri_mut() = uri.clone();
@@ -527,7 +527,7 @@ impl Client {
         for (k, v) in extra {
             h.insert(k, v.clone());
         }
-        Ok(req)
+        req
     }
 
     /// Opens a new connection.
@@ -657,7 +657,7 @@ impl Client {
         let mut resent = 0u32;
         loop {
             let mut conn = self.checkout().await?;
-            let req = self.build_request(&method, &uri, &body, extra)?;
+            let req = self.build_request(&method, &uri, &body, extra);
             let (unsent, err) = match conn.sender.ready().await {
                 Err(e) => (true, e),
                 Ok(()) => match conn.sender.try_send_request(req).await {
