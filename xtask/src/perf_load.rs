@@ -1156,8 +1156,9 @@ fn median(v: &[f64]) -> f64 {
 /// same concurrency, in [`HTTP_PAIRS`] bracketed pairs (`oha, ours, oha, …, ours, oha`): each
 /// of our runs is divided by the mean of the oha runs either side, and the target is judged
 /// on the median of those ratios. The host moves either tool's figure by ±30% from one run to
-/// the next; runs next to each other share its state, single pairs do not. Nine pairs moved
-/// the median by ±10% from one invocation to the next; twenty-five (about a minute) halve that.
+/// the next; runs next to each other share its state, single pairs do not. With nine pairs
+/// five invocations' medians spread over 74–94%; twenty-five pairs (about a minute) should
+/// narrow that by √(25/9) ≈ 1.7× (two invocations: 77% and 83%).
 /// Reported beside it: our CPU per turn against oha's, and how busy oha kept its core (below
 /// ~90% the simulator set oha's pace, and the turns/s ratio flatters the slower client).
 fn http_scenario(bench: &Path, peers: &Peers, rep: &mut Report) -> Result<()> {
