@@ -1,5 +1,5 @@
-//! A request body of shared pieces, sent in order without being joined: hyper hands them to
-//! the socket with vectored writes, so a long conversation is never copied into one buffer.
+//! A request body of shared pieces, sent in order without being joined: the client hands them
+//! to the socket with vectored writes, so a long conversation is never copied into one buffer.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -36,6 +36,11 @@ impl Segments {
     /// How many pieces.
     pub fn pieces(&self) -> usize {
         self.parts.len()
+    }
+
+    /// The pieces, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Bytes> {
+        self.parts.iter()
     }
 
     /// The pieces joined into one buffer (a copy; for tests and transports that need one).

@@ -10,8 +10,8 @@
 //! without costing the caller a turn, when **both** hold:
 //!
 //! * the connection had already carried an earlier request (it came from the pool), and
-//! * not one byte of a response to this request arrived before the connection failed (or hyper
-//!   reports the request was never written at all).
+//! * not one byte of a response to this request arrived before the connection failed (or not
+//!   one byte of the request was written).
 //!
 //! This is curl's rule for reused connections. Every such re-send is counted
 //! ([`Client::redials`], [`TurnOutcome::redials`]). A failure on a fresh connection, or after any
@@ -19,31 +19,25 @@
 //!
 //! # The pool
 //!
-//! Connections are pooled here, over hyper's HTTP/1 connection API, rather than in
-//! hyper-util's legacy client. That client hands a connection back to its pool asynchronously
-//! after the body ends, so a closed-loop worker that sends its next turn at once often opens a
-//! new connection (measured: 84 connections for 64 concurrent streams of 4 turns each), and it
-//! does not tell whether a failed request went out on a reused connection. Here a connection is
-//! back in the pool before [`Client::chat`] returns, so `C` workers use `C` connections, and the
-//! redial rule knows exactly which connections were reused.
+//! Connections are pooled here, each one read and written by the request using it (the
+//! crate's own HTTP/1.1, `h1.rs`: no connection task, no channels). A connection is back in the
+//! pool before [`Client::chat`] returns, so `C` workers use `C` connections (hyper-util's
+//! legacy client, used before, hands connections back asynchronously: 84 connections for 64
+//! concurrent streams of 4 turns each), and the redial rule knows exactly which connections
+//! were reused. A pooled connection is checked on its way out: one the server closed while it
+//! was idle is dropped, not written to.
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::HOST;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
-use http::{HeaderMap, Method, Request, StatusCode, Uri};
-use http_body_util::BodyExt;
+use http::{HeaderMap, Method, StatusCode, Uri};
 
 use crate::body::Segments;
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use crate::h1::{H1, H1Error, Head, Transport};
 use tokio::net::TcpStream;
 
 use crate::error::{Error, ErrorKind};
@@ -202,9 +196,8 @@ pub struct StreamingResponse {
     pub status: StatusCode,
     /// Response headers.
     pub headers: HeaderMap,
-    body: Incoming,
-    /// Kept open while the body is read; dropped with it (never pooled again).
-    _conn: Conn,
+    /// Its body is read from it; dropped with the response (never pooled again).
+    conn: Conn,
     /// Body bytes read so far, and the most the client reads ([`Limits::max_response_bytes`]).
     read: u64,
     max: u64,
@@ -226,24 +219,21 @@ impl StreamingResponse {
         if self.read > self.max {
             return None;
         }
-        loop {
-            match self.body.frame().await? {
-                Ok(frame) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.read += data.len() as u64;
-                        if self.read > self.max {
-                            return Some(Err(too_large(
-                                "the response body",
-                                self.max,
-                                "--max-response-bytes",
-                                "",
-                            )));
-                        }
-                        return Some(Ok(data));
-                    }
+        match self.conn.h1.chunk().await {
+            Ok(Some(data)) => {
+                self.read += data.len() as u64;
+                if self.read > self.max {
+                    return Some(Err(too_large(
+                        "the response body",
+                        self.max,
+                        "--max-response-bytes",
+                        "",
+                    )));
                 }
-                Err(e) => return Some(Err(map_hyper_error(e, "reading the response stream"))),
+                Some(Ok(data))
             }
+            Ok(None) => None,
+            Err(e) => Some(Err(e.into_error("reading the response stream"))),
         }
     }
 }
@@ -256,15 +246,13 @@ struct ClientStats {
 
 /// An idle pooled connection.
 struct IdleConn {
-    sender: http1::SendRequest<Segments>,
-    stats: Arc<ConnStats>,
+    h1: H1,
     since: Instant,
 }
 
 /// A connection checked out for one request.
 struct Conn {
-    sender: http1::SendRequest<Segments>,
-    stats: Arc<ConnStats>,
+    h1: H1,
     /// It came from the pool (it carried an earlier request).
     reused: bool,
     /// Opened for this request: its TCP connect and TLS handshake times.
@@ -296,13 +284,12 @@ impl std::fmt::Debug for Pool {
 impl Pool {
     fn take(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(c) = idle.pop() {
-            if c.sender.is_closed() || c.since.elapsed() > self.idle_timeout {
-                continue; // dropped: the connection task ends and closes the socket
+        while let Some(mut c) = idle.pop() {
+            if c.since.elapsed() > self.idle_timeout || !c.h1.idle_and_open() {
+                continue; // dropped: closes the socket
             }
             return Some(Conn {
-                sender: c.sender,
-                stats: c.stats,
+                h1: c.h1,
                 reused: true,
                 opened: None,
             });
@@ -311,14 +298,13 @@ impl Pool {
     }
 
     fn put(&self, conn: Conn) {
-        if conn.sender.is_closed() || !conn.sender.is_ready() {
+        if !conn.h1.reusable() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < self.max_idle {
             idle.push(IdleConn {
-                sender: conn.sender,
-                stats: conn.stats,
+                h1: conn.h1,
                 since: Instant::now(),
             });
         }
@@ -337,9 +323,11 @@ pub struct Client {
     path_prefix: String,
     /// The four endpoints' request targets, parsed once (a turn clones one).
     endpoint_uris: Arc<[(&'static str, Uri)]>,
-    /// Every request's headers: `Host`, then the configured ones (a turn clones the map,
-    /// which neither hashes a name nor parses a value again).
+    /// Every request's headers: `Host`, then the configured ones.
     request_headers: HeaderMap,
+    /// The same headers as they go on the wire (a request without headers of its own copies
+    /// these bytes).
+    header_lines: Arc<[u8]>,
     timeout: Duration,
     connect_timeout: Duration,
     limits: Limits,
@@ -468,6 +456,7 @@ impl Client {
             tls,
             scheme_authority,
             path_prefix,
+            header_lines: crate::h1::header_lines(&headers).into(),
             request_headers: headers,
             timeout: config.timeout,
             limits: config.limits,
@@ -512,22 +501,34 @@ impl Client {
             .map_err(|e| Error::new(ErrorKind::InvalidRequest, format!("bad path {s}: {e}")))
     }
 
-    fn build_request(
+    /// The request's head: its request line, the client's headers (replaced by `extra` of
+    /// the same name) and the body's length.
+    fn request_head(
         &self,
         method: &Method,
         uri: &Uri,
         body: &Segments,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> Request<Segments> {
-        let mut req = Request::new(body.clone());
-        *req.method_mut() = method.clone();
-        *req.uri_mut() = uri.clone();
-        let h = req.headers_mut();
-        *h = self.request_headers.clone();
-        for (k, v) in extra {
-            h.insert(k, v.clone());
+    ) -> Vec<u8> {
+        let target = uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut head = Vec::with_capacity(self.header_lines.len() + target.len() + 64);
+        if extra.is_empty() {
+            crate::h1::write_head(
+                &mut head,
+                method,
+                target,
+                &self.header_lines,
+                None,
+                body.len(),
+            );
+        } else {
+            let mut h = self.request_headers.clone();
+            for (k, v) in extra {
+                h.insert(k, v.clone());
+            }
+            crate::h1::write_head(&mut head, method, target, &[], Some(&h), body.len());
         }
-        req
+        head
     }
 
     /// Opens a new connection.
@@ -557,7 +558,7 @@ impl Client {
             };
         let _ = stream.set_nodelay(true);
         let connect = started.elapsed();
-        let (inner, tls) = match &self.tls {
+        let (io, tls) = match &self.tls {
             None => (Transport::Plain(stream), None),
             Some(target) => {
                 let t = Instant::now();
@@ -578,34 +579,9 @@ impl Client {
                 }
             }
         };
-        let stats = Arc::new(ConnStats::default());
-        let io = TokioIo::new(TrackedStream {
-            inner,
-            stats: stats.clone(),
-            reading: true,
-        });
-        let (sender, conn) = http1::Builder::new()
-            .handshake(io)
-            .await
-            .map_err(|e| map_hyper_error(e, "starting the connection"))?;
-        let conn_stats = stats.clone();
-        tokio::spawn(async move {
-            // Ends when the server closes the connection or every sender is dropped. A TLS
-            // failure (a TLS 1.3 server refusing the client's certificate alerts right after
-            // the handshake) is noted before the connection is dropped, which is what tells a
-            // waiting request that the connection is gone.
-            let mut conn = std::pin::pin!(conn);
-            if let Err(e) = conn.as_mut().await
-                && let Some(r) = crate::tls::find_rustls_error(&e)
-            {
-                let _ = conn_stats.tls_failure.set(crate::tls::reason(r));
-            }
-            conn_stats.ended.store(true, Ordering::Release);
-        });
         self.stats.connections.fetch_add(1, Ordering::Relaxed);
         Ok(Conn {
-            sender,
-            stats,
+            h1: H1::new(io),
             reused: false,
             opened: Some(Opened { connect, tls }),
         })
@@ -625,72 +601,62 @@ impl Client {
     async fn checkout(&self) -> Result<Conn, Error> {
         match self.pool.take() {
             Some(c) => Ok(c),
-            // Boxed: dialing (1.3 KB of state: the connect, the TLS handshake, hyper's
-            // handshake) happens once per connection, and inline it made every turn's request
-            // future that much larger, copied from one await to the next on every turn.
+            // Boxed: dialing (the connect and the TLS handshake) happens once per connection,
+            // and inline it made every turn's request future that much larger, copied from one
+            // await to the next on every turn.
             None => Box::pin(self.dial()).await,
         }
     }
 
-    /// Hands a connection whose response was read to the end back to the pool, once hyper
-    /// is ready to send on it again (normally at once).
-    async fn checkin(&self, mut conn: Conn) {
-        if tokio::time::timeout(Duration::from_millis(100), conn.sender.ready())
-            .await
-            .is_ok_and(|r| r.is_ok())
-        {
-            self.pool.put(conn);
-        }
+    /// Hands a connection whose response was read to the end back to the pool (one that
+    /// cannot carry another request is closed instead).
+    fn checkin(&self, conn: Conn) {
+        self.pool.put(conn);
     }
 
     /// Sends a request, redialing stale pooled connections; returns the response head and the
-    /// connection it came on (to be checked in once its body is read).
+    /// connection it came on (its body is read from it; checked in once read).
     async fn send(
         &self,
         method: Method,
         path: &str,
         body: Segments,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> Result<(hyper::Response<Incoming>, Conn, Redials), Error> {
+    ) -> Result<(Head, Conn, Redials), Error> {
         let uri = self.path(path)?;
+        let head = self.request_head(&method, &uri, &body, extra);
+        let head_request = method == Method::HEAD;
         let mut redials = 0u32;
         let mut resent = 0u32;
         loop {
             let mut conn = self.checkout().await?;
-            let req = self.build_request(&method, &uri, &body, extra);
-            let (unsent, err) = match conn.sender.ready().await {
-                Err(e) => (true, e),
-                Ok(()) => match conn.sender.try_send_request(req).await {
-                    Ok(resp) => return Ok((resp, conn, Redials { redials, resent })),
-                    Err(mut e) => (e.take_message().is_some(), e.into_error()),
+            let (unsent, err, doing) = match conn.h1.write_request(&head, &body).await {
+                Err((written, e)) => (!written, H1Error::Io(e), "sending the request"),
+                Ok(()) => match conn.h1.read_head(head_request).await {
+                    Ok(h) => return Ok((h, conn, Redials { redials, resent })),
+                    Err(e) => (false, e, "reading the response head"),
                 },
             };
-            // hyper may fail the request before the connection's task has noted why the TLS
-            // session ended (a TLS 1.3 server refusing the client's certificate alerts after
-            // the handshake): give a fresh TLS connection's task a moment to finish.
-            if self.tls.is_some() && conn.opened.is_some() {
-                let t0 = Instant::now();
-                while !conn.stats.ended.load(Ordering::Acquire)
-                    && t0.elapsed() < Duration::from_millis(250)
-                {
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
+            // A TLS 1.3 server refusing the client's certificate says why in an alert after
+            // the handshake; the request's write may have run into the closed socket first.
+            if self.tls.is_some()
+                && conn.opened.is_some()
+                && crate::tls::find_rustls_error(&err).is_none()
+                && let Some(alert) = conn.h1.tls_alert(Duration::from_millis(250)).await
+            {
+                return Err(alert.into_error(doing).with_resent(resent));
             }
-            if let Some(reason) = conn.stats.tls_failure.get() {
-                return Err(Error::new(
-                    ErrorKind::Tls,
-                    format!("TLS error with {}: {reason}", self.connect_to),
-                )
-                .with_resent(resent));
-            }
-            if redials < MAX_REDIALS && is_stale_reuse(&conn, unsent, &err) {
+            // The redial rule (module docs): a reused connection, and the request never
+            // written or not one byte of a response back.
+            let stale = conn.reused && (unsent || !conn.h1.got_response());
+            if redials < MAX_REDIALS && stale && crate::tls::find_rustls_error(&err).is_none() {
                 redials += 1;
                 resent += u32::from(!unsent);
                 self.stats.redials.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("pooled connection was closed by the server; redialing");
                 continue;
             }
-            return Err(map_hyper_error(err, "sending the request").with_resent(resent));
+            return Err(err.into_error(doing).with_resent(resent));
         }
     }
 
@@ -718,30 +684,31 @@ impl Client {
     ) -> Result<SimpleResponse, Error> {
         let timeout = timeout.unwrap_or(self.timeout);
         let fut = async {
-            let (resp, conn, _) = self.send(method, path, body.into(), headers).await?;
-            let (parts, mut body) = resp.into_parts();
+            let (head, mut conn, _) = self.send(method, path, body.into(), headers).await?;
             let max = self.limits.max_json_bytes;
             let mut buf = Vec::new();
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| map_hyper_error(e, "reading the response body"))?;
-                if let Some(d) = frame.data_ref() {
-                    if buf.len() + d.len() > max {
-                        // Dropping the connection closes it: the rest is never read.
-                        return Err(too_large(
-                            &format!("the response to {path}"),
-                            max as u64,
-                            "--max-json-bytes",
-                            "",
-                        ));
-                    }
-                    buf.extend_from_slice(d);
+            while let Some(d) = conn
+                .h1
+                .chunk()
+                .await
+                .map_err(|e| e.into_error("reading the response body"))?
+            {
+                if buf.len() + d.len() > max {
+                    // Dropping the connection closes it: the rest is never read.
+                    return Err(too_large(
+                        &format!("the response to {path}"),
+                        max as u64,
+                        "--max-json-bytes",
+                        "",
+                    ));
                 }
+                buf.extend_from_slice(&d);
             }
             let body = Bytes::from(buf);
-            self.checkin(conn).await;
+            self.checkin(conn);
             Ok(SimpleResponse {
-                status: parts.status,
-                headers: parts.headers,
+                status: head.status,
+                headers: head.headers,
                 body,
             })
         };
@@ -771,13 +738,11 @@ impl Client {
         let timeout = head_timeout.unwrap_or(self.timeout);
         match tokio::time::timeout(timeout, self.send(method, path, body.into(), headers)).await {
             Ok(r) => {
-                let (resp, conn, _) = r?;
-                let (parts, body) = resp.into_parts();
+                let (head, conn, _) = r?;
                 Ok(StreamingResponse {
-                    status: parts.status,
-                    headers: parts.headers,
-                    body,
-                    _conn: conn,
+                    status: head.status,
+                    headers: head.headers,
+                    conn,
                     read: 0,
                     max: self.limits.max_response_bytes,
                 })
@@ -819,7 +784,7 @@ impl Client {
         let timeout = opts.timeout.unwrap_or(self.timeout);
         let sent = Instant::now();
         let fut = async {
-            let (resp, conn, _) = self
+            let (head, mut conn, _) = self
                 .send(
                     Method::POST,
                     opts.endpoint.path(),
@@ -827,23 +792,23 @@ impl Client {
                     &opts.headers,
                 )
                 .await?;
-            let (parts, mut body) = resp.into_parts();
-            if !parts.status.is_success() {
-                return Err(Error::status_error(parts.status, b""));
+            if !head.status.is_success() {
+                return Err(Error::status_error(head.status, b""));
             }
             let mut consumer = ChatStreamConsumer::with_endpoint(sent, true, opts.endpoint)
                 .with_limits(self.limits);
-            while let Some(frame) = body.frame().await {
+            while let Some(data) = conn
+                .h1
+                .chunk()
+                .await
+                .map_err(|e| e.into_error("reading the response stream"))?
+            {
                 let at = Instant::now();
-                let frame = frame.map_err(|e| map_hyper_error(e, "reading the response stream"))?;
-                if let Some(data) = frame.data_ref() {
-                    consumer.feed(data, at)?;
-                    if consumer.chunks() > 0 {
-                        // Dropping the body and the connection closes the socket.
-                        drop(body);
-                        drop(conn);
-                        return Ok(at.duration_since(sent));
-                    }
+                consumer.feed(&data, at)?;
+                if consumer.chunks() > 0 {
+                    // Dropping the connection closes the socket.
+                    drop(conn);
+                    return Ok(at.duration_since(sent));
                 }
             }
             Err(Error::new(
@@ -909,27 +874,25 @@ impl Client {
         sent: Instant,
         progress: &mut Progress,
     ) -> Result<TurnOutcome, Error> {
-        let (resp, conn, redials) = self
+        let (parts, mut conn, redials) = self
             .send(Method::POST, opts.endpoint.path(), body, &opts.headers)
             .await?;
         progress.resent = redials.resent;
-        let (parts, mut body) = resp.into_parts();
         if !parts.status.is_success() {
             // Read the error body (up to 64 KiB) so the connection stays usable; only its first
             // 200 bytes are reported.
             let mut buf = Vec::new();
             let mut complete = true;
-            while let Some(frame) = body.frame().await {
-                match frame {
-                    Ok(f) => {
-                        if let Some(d) = f.data_ref() {
-                            buf.extend_from_slice(d);
-                        }
+            loop {
+                match conn.h1.chunk().await {
+                    Ok(Some(d)) => {
+                        buf.extend_from_slice(&d);
                         if buf.len() >= 64 << 10 {
                             complete = false;
                             break;
                         }
                     }
+                    Ok(None) => break,
                     Err(_) => {
                         complete = false;
                         break;
@@ -937,7 +900,7 @@ impl Client {
                 }
             }
             if complete {
-                self.checkin(conn).await;
+                self.checkin(conn);
             }
             let retry_after = parts
                 .headers
@@ -974,10 +937,12 @@ impl Client {
         let mut reusable = true;
         // Why a stream cut before its terminator ended (the connection's own words).
         let mut cut: Option<String> = None;
-        while let Some(frame) = body.frame().await {
+        loop {
+            let frame = conn.h1.chunk().await;
             let at = Instant::now();
-            let frame = match frame {
-                Ok(frame) => frame,
+            let data = match frame {
+                Ok(Some(data)) => data,
+                Ok(None) => break,
                 // A stream that ended with its API's terminator is complete however the
                 // connection then goes: closed without a TLS close_notify, without the last
                 // chunk of the chunked encoding, or reset (curl and Python's http.client accept
@@ -988,7 +953,7 @@ impl Client {
                 }
                 // A stream closed (not reset) before its terminator: `finish` names what is
                 // missing (incomplete_stream).
-                Err(e) if streamed && is_closed(&e) => {
+                Err(e) if streamed && e.is_closed() => {
                     reusable = false;
                     let mut why = e.to_string();
                     let mut src = std::error::Error::source(&e);
@@ -1000,7 +965,7 @@ impl Client {
                     break;
                 }
                 Err(e) => {
-                    let mut err = map_hyper_error(e, "reading the response stream");
+                    let mut err = e.into_error("reading the response stream");
                     if progress.bytes > 0 {
                         err = Error::new(
                             err.kind(),
@@ -1015,18 +980,16 @@ impl Client {
                     return Err(err);
                 }
             };
-            if let Some(data) = frame.data_ref() {
-                progress.bytes += data.len() as u64;
-                consumer.feed(data, at)?;
-                progress.chunks = consumer.chunks();
-            }
+            progress.bytes += data.len() as u64;
+            consumer.feed(&data, at)?;
+            progress.chunks = consumer.chunks();
         }
         let end = Instant::now();
         let opened = conn.opened;
         // The body was read to its end: the connection can carry the next request. (On any
         // error above it is dropped instead, which closes it.)
         if reusable {
-            self.checkin(conn).await;
+            self.checkin(conn);
         } else {
             drop(conn);
         }
@@ -1139,237 +1102,6 @@ fn parse_base_url(base: &str) -> Result<BaseUrl, Error> {
         authority,
         path_prefix: path,
     })
-}
-
-fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cur = e.source();
-    while let Some(err) = cur {
-        let s = err.to_string();
-        if !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = err.source();
-    }
-    parts.join(": ")
-}
-
-/// The redial rule (see the module docs): the request failed on a connection that had carried
-/// an earlier request, and it was never written or not one byte of a response came back.
-fn is_stale_reuse(conn: &Conn, unsent: bool, err: &hyper::Error) -> bool {
-    if !conn.reused || err.is_timeout() {
-        return false;
-    }
-    if unsent || err.is_canceled() {
-        return true;
-    }
-    let read = conn.stats.bytes_read.load(Ordering::Acquire);
-    let at_start = conn.stats.read_at_request_start.load(Ordering::Acquire);
-    read == at_start
-}
-
-/// True when `e` is the server closing the connection (an end of file where HTTP framing or
-/// TLS wanted more), not a reset or a protocol error.
-fn is_closed(e: &hyper::Error) -> bool {
-    if e.is_incomplete_message() {
-        return true;
-    }
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return io.kind() == std::io::ErrorKind::UnexpectedEof;
-        }
-        cur = err.source();
-    }
-    false
-}
-
-fn map_hyper_error(e: hyper::Error, doing: &str) -> Error {
-    if let Some(r) = crate::tls::find_rustls_error(&e) {
-        let reason = crate::tls::reason(r);
-        return Error::new(ErrorKind::Tls, format!("TLS error while {doing}: {reason}"))
-            .with_source(e);
-    }
-    let (kind, detail) = classify_hyper_error(&e, doing);
-    Error::new(kind, detail).with_source(e)
-}
-
-fn classify_hyper_error(e: &hyper::Error, doing: &str) -> (ErrorKind, String) {
-    let text = chain_text(e);
-    let (kind, detail) = if e.is_incomplete_message() {
-        (
-            ErrorKind::Io,
-            format!("connection closed by the server while {doing} ({text})"),
-        )
-    } else if e.is_parse() || e.is_parse_status() {
-        (
-            ErrorKind::Io,
-            format!("invalid HTTP response while {doing}: {text}"),
-        )
-    } else if e.is_timeout() {
-        (ErrorKind::Timeout, format!("{doing}: {text}"))
-    } else {
-        (ErrorKind::Io, format!("{doing}: {text}"))
-    };
-    (kind, detail)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Connection tracking
-
-/// Per-connection counters shared between the socket wrapper and the client.
-#[derive(Debug, Default)]
-struct ConnStats {
-    bytes_read: AtomicU64,
-    /// Requests whose first byte was written on this connection.
-    requests_started: AtomicU64,
-    /// `bytes_read` when the latest request started to be written.
-    read_at_request_start: AtomicU64,
-    /// Why the TLS session failed, once it has.
-    tls_failure: std::sync::OnceLock<String>,
-    /// The connection's task has ended (its TLS failure, if any, is noted by then).
-    ended: std::sync::atomic::AtomicBool,
-}
-
-/// The socket under a connection: plain TCP or TLS over TCP.
-#[derive(Debug)]
-enum Transport {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-macro_rules! each_transport {
-    ($self:expr, $s:ident => $e:expr) => {
-        match $self.get_mut() {
-            Transport::Plain($s) => {
-                let $s = Pin::new($s);
-                $e
-            }
-            Transport::Tls($s) => {
-                let $s = Pin::new($s.as_mut());
-                $e
-            }
-        }
-    };
-}
-
-impl AsyncRead for Transport {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        each_transport!(self, s => s.poll_read(cx, buf))
-    }
-}
-
-impl AsyncWrite for Transport {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        each_transport!(self, s => s.poll_write(cx, buf))
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        each_transport!(self, s => s.poll_write_vectored(cx, bufs))
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Transport::Plain(s) => s.is_write_vectored(),
-            Transport::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        each_transport!(self, s => s.poll_flush(cx))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        each_transport!(self, s => s.poll_shutdown(cx))
-    }
-}
-
-/// A connection's socket that counts what crosses it (plaintext bytes, above TLS). HTTP/1.1 without pipelining alternates "write a
-/// request, read its response", so the first write after a read starts a new request.
-#[derive(Debug)]
-struct TrackedStream {
-    inner: Transport,
-    stats: Arc<ConnStats>,
-    reading: bool,
-}
-
-impl TrackedStream {
-    /// Called before bytes are written: the first write after a read starts a new request.
-    fn note_write(&mut self) {
-        if self.reading {
-            self.reading = false;
-            let read = self.stats.bytes_read.load(Ordering::Acquire);
-            self.stats
-                .read_at_request_start
-                .store(read, Ordering::Release);
-            self.stats.requests_started.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-}
-
-impl AsyncRead for TrackedStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let n = buf.filled().len() - before;
-        if n > 0 {
-            self.stats.bytes_read.fetch_add(n as u64, Ordering::Release);
-            self.reading = true;
-        }
-        r
-    }
-}
-
-impl AsyncWrite for TrackedStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        if !buf.is_empty() {
-            self.note_write();
-        }
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        if bufs.iter().any(|b| !b.is_empty()) {
-            self.note_write();
-        }
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }
 
 #[cfg(test)]

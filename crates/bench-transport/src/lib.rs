@@ -33,6 +33,7 @@ mod completions;
 pub mod endpoint;
 pub mod error;
 mod fastchunk;
+mod h1;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limits;
