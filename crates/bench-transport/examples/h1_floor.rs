@@ -2,7 +2,7 @@
 //! its own task, sending one fixed `POST /v1/chat/completions` and reading a
 //! `content-length` answer, `N` requests in all. No HTTP library (the head is parsed with
 //! `httparse`), no connection task, no channels, no records: what the kernel and tokio cost
-//! per request, to size what hyper and our own per-turn work add on top
+//! per request, to size what an HTTP client and our own per-turn work add on top
 //! (`docs/performance.md`, seventh round).
 //!
 //! ```text

@@ -257,12 +257,22 @@ impl H1 {
     ) -> Result<(), (bool, std::io::Error)> {
         self.body = BodyState::Idle;
         self.got_response = false;
-        let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(1 + body.pieces());
-        slices.push(std::io::IoSlice::new(head));
-        for p in body.iter() {
-            slices.push(std::io::IoSlice::new(p));
-        }
-        let mut rest = &mut slices[..];
+        // The head and the body's pieces, on the stack for a body of a few pieces.
+        const ON_STACK: usize = 16;
+        let mut few = [std::io::IoSlice::new(&[]); ON_STACK];
+        let mut many = Vec::new();
+        let mut rest: &mut [std::io::IoSlice<'_>] = if body.pieces() < ON_STACK {
+            few[0] = std::io::IoSlice::new(head);
+            for (slot, p) in few[1..].iter_mut().zip(body.iter()) {
+                *slot = std::io::IoSlice::new(p);
+            }
+            &mut few[..1 + body.pieces()]
+        } else {
+            many.reserve_exact(1 + body.pieces());
+            many.push(std::io::IoSlice::new(head));
+            many.extend(body.iter().map(|p| std::io::IoSlice::new(p)));
+            &mut many[..]
+        };
         let mut written = false;
         while !rest.is_empty() {
             let n = match self.io.write_vectored(rest).await {
@@ -332,9 +342,16 @@ impl H1 {
             if self.buf.is_empty() {
                 return Ok(None);
             }
-            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut resp = httparse::Response::new(&mut headers);
-            let len = match resp.parse(&self.buf) {
+            // Left uninitialized: httparse writes the ones it fills.
+            let mut headers =
+                [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+            let mut resp = httparse::Response::new(&mut []);
+            let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+                &mut resp,
+                &self.buf,
+                &mut headers,
+            );
+            let len = match parsed {
                 Ok(httparse::Status::Complete(n)) => n,
                 Ok(httparse::Status::Partial) => return Ok(None),
                 Err(e) => return Err(H1Error::Parse(e.to_string())),

@@ -127,6 +127,81 @@ async fn stale_keep_alive_connections_are_redialed_without_losing_turns() {
 }
 
 #[tokio::test]
+async fn a_connection_the_server_closed_while_idle_is_not_written_to() {
+    // Like uvicorn's keep-alive timeout: the answer says keep-alive, and the server closes the
+    // connection a moment later. The next turn must see the close before it writes (no redial,
+    // nothing counted as resent) and dial a new connection.
+    let requests = Arc::new(AtomicUsize::new(0));
+    let r = requests.clone();
+    let addr = serve(move |mut s, _| {
+        let r = r.clone();
+        async move {
+            if read_request(&mut s).await.is_some() {
+                r.fetch_add(1, Ordering::SeqCst);
+                s.write_all(sse_response(STREAM).as_bytes()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            } // closed (FIN) while the client holds it idle
+        }
+    })
+    .await;
+    let c = client(addr);
+    for i in 0..3 {
+        let out = c
+            .chat(&request(), &RequestOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("turn {i}: {e}"));
+        assert_eq!(out.content, "Hello world");
+        assert_eq!((out.redials, out.resent), (0, 0), "turn {i}");
+        assert!(out.connect.is_some(), "turn {i} opened its own connection");
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    assert_eq!(c.redials(), 0);
+    assert_eq!(c.connections_opened(), 3);
+    assert_eq!(requests.load(Ordering::SeqCst), 3, "each turn sent once");
+}
+
+#[tokio::test]
+async fn chunked_answers_with_trailers_and_a_connection_close() {
+    // Chunked with an extension and a trailer, on a kept-alive connection; then an answer
+    // with `connection: close`, after which the client must not reuse the connection.
+    let addr = serve(|mut s, _| async move {
+        let mut turn = 0;
+        while read_request(&mut s).await.is_some() {
+            turn += 1;
+            let close = turn == 2;
+            let mut wire = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n{}transfer-encoding: chunked\r\n\r\n",
+                if close { "connection: close\r\n" } else { "" }
+            );
+            for piece in STREAM.as_bytes().chunks(37) {
+                wire.push_str(&format!("{:x};ext=1\r\n", piece.len()));
+                wire.push_str(std::str::from_utf8(piece).unwrap());
+                wire.push_str("\r\n");
+            }
+            wire.push_str("0\r\nx-trailer: t\r\n\r\n");
+            s.write_all(wire.as_bytes()).await.unwrap();
+            if close {
+                // Holds the connection open: only the header says it is done.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                return;
+            }
+        }
+    })
+    .await;
+    let c = client(addr);
+    for i in 0..3 {
+        let out = c
+            .chat(&request(), &RequestOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("turn {i}: {e}"));
+        assert_eq!(out.content, "Hello world", "turn {i}");
+        assert_eq!(out.completion_tokens(), Some(2));
+        assert_eq!(out.redials, 0, "turn {i}");
+    }
+    assert_eq!(c.connections_opened(), 2, "kept alive once, closed after `connection: close`");
+}
+
+#[tokio::test]
 async fn keep_alive_connections_are_reused() {
     let addr = serve(|mut s, _| async move {
         while read_request(&mut s).await.is_some() {
