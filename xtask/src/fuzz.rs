@@ -101,6 +101,11 @@ const TARGETS: &[Target] = &[
         seeds: |r, s| seeds_stream_dir(r, s, "messages"),
     },
     Target {
+        name: "http_response",
+        max_len: 65536,
+        seeds: seeds_http_response,
+    },
+    Target {
         name: "trace_native",
         max_len: 65536,
         seeds: seeds_trace_native,
@@ -1127,6 +1132,50 @@ fn seeds_stream_chat(root: &Path, s: &mut Seeds) -> Result<()> {
         s.add_with(&[1, 0], &body)?;
     }
     s.add_with(&[1, 0], CHAT_WHOLE.as_bytes())
+}
+
+/// The client's HTTP/1.1: real streams under each framing (`content-length`, chunked with an
+/// extension and a trailer, until the close), an informational answer before one, and broken
+/// heads; each whole, a byte at a time, and cut after the head.
+fn seeds_http_response(root: &Path, s: &mut Seeds) -> Result<()> {
+    let body = std::fs::read(
+        chat_streams(root)?
+            .first()
+            .context("no chat stream fixture")?,
+    )?;
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n";
+    let mut answers: Vec<Vec<u8>> = Vec::new();
+    let mut length = format!("{head}content-length: {}\r\n\r\n", body.len()).into_bytes();
+    length.extend_from_slice(&body);
+    answers.push(length);
+    let mut chunked = format!("{head}transfer-encoding: chunked\r\n\r\n").into_bytes();
+    for piece in body.chunks(100) {
+        chunked.extend_from_slice(format!("{:x};x=1\r\n", piece.len()).as_bytes());
+        chunked.extend_from_slice(piece);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\nx-trailer: t\r\n\r\n");
+    answers.push(chunked);
+    let mut close = format!("{head}connection: close\r\n\r\n").into_bytes();
+    close.extend_from_slice(&body);
+    answers.push(close);
+    let mut continued = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\n\r\n".to_vec();
+    continued.extend_from_slice(b"{\"ok\":true}");
+    answers.push(continued);
+    answers.push(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec());
+    answers.push(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nab".to_vec());
+    answers.push(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n".to_vec());
+    answers.push(b"\x00\x01garbage\r\n\r\n".to_vec());
+    for a in &answers {
+        s.add_with(&[0], a)?;
+        s.add_with(&[0xFF], a)?; // bench_fuzz::BYTEWISE: a byte at a time
+        if let Some(end) = a.windows(4).position(|w| w == b"\r\n\r\n")
+            && end + 4 < 256
+        {
+            s.add_with(&[1, (end + 4) as u8], a)?;
+        }
+    }
+    Ok(())
 }
 
 /// `fixtures/endpoint_streams/<e>`: `*.json` whole answers, every other file a stream.

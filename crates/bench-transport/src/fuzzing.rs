@@ -65,3 +65,13 @@ pub fn chat_chunk_serde(data: &str) -> Result<ChunkReading, String> {
         .map(reading)
         .map_err(|e| e.to_string())
 }
+
+/// What the client's HTTP/1.1 reads of one response to a `GET`, fed in reads of the sizes of
+/// `chunks` and then the end of the stream: the status, the body and whether the connection
+/// could carry another request, or the error's text.
+pub fn http_response(chunks: &[&[u8]]) -> Result<(u16, Vec<u8>, bool), String> {
+    crate::h1::read_from_memory(chunks)
+}
+
+/// The error [`http_response`] gives if a read ever waited on memory (a bug: it must not).
+pub const HTTP_WAITED: &str = crate::h1::WAITED;

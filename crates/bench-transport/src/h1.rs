@@ -34,8 +34,8 @@ const READ_CHUNK: usize = 16 << 10;
 /// What went wrong on a connection.
 #[derive(Debug)]
 pub(crate) enum H1Error {
-    /// The connection ended (a clean end of file) where the response wanted more.
-    Closed,
+    /// The connection ended (a clean end of file) where the response wanted more; says where.
+    Closed(&'static str),
     /// The server's bytes are not an HTTP/1.1 response.
     Parse(String),
     /// The socket (or TLS over it) failed.
@@ -45,7 +45,7 @@ pub(crate) enum H1Error {
 impl std::fmt::Display for H1Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            H1Error::Closed => f.write_str("connection closed before message completed"),
+            H1Error::Closed(m) => f.write_str(m),
             H1Error::Parse(m) => f.write_str(m),
             H1Error::Io(e) => write!(f, "{e}"),
         }
@@ -72,7 +72,7 @@ impl H1Error {
     /// more), not a reset or a protocol error.
     pub(crate) fn is_closed(&self) -> bool {
         match self {
-            H1Error::Closed => true,
+            H1Error::Closed(_) => true,
             H1Error::Io(e) => e.kind() == std::io::ErrorKind::UnexpectedEof,
             H1Error::Parse(_) => false,
         }
@@ -87,11 +87,9 @@ impl H1Error {
             return Error::new(ErrorKind::Tls, format!("TLS error while {doing}: {reason}"));
         }
         match self {
-            H1Error::Closed => Error::new(
+            H1Error::Closed(m) => Error::new(
                 ErrorKind::Io,
-                format!(
-                    "connection closed by the server while {doing} (connection closed before message completed)"
-                ),
+                format!("connection closed by the server while {doing} ({m})"),
             ),
             H1Error::Parse(m) => Error::new(
                 ErrorKind::Io,
@@ -200,10 +198,11 @@ enum BodyState {
     Failed,
 }
 
-/// One HTTP/1.1 connection.
+/// One HTTP/1.1 connection over `IO` (the client's sockets; an in-memory stream for the fuzz
+/// target).
 #[derive(Debug)]
-pub(crate) struct H1 {
-    io: Transport,
+pub(crate) struct H1<IO = Transport> {
+    io: IO,
     buf: BytesMut,
     body: BodyState,
     /// The current response's connection may be kept alive (its version and `connection`).
@@ -212,8 +211,8 @@ pub(crate) struct H1 {
     got_response: bool,
 }
 
-impl H1 {
-    pub(crate) fn new(io: Transport) -> H1 {
+impl<IO: AsyncRead + AsyncWrite + Unpin> H1<IO> {
+    pub(crate) fn new(io: IO) -> H1<IO> {
         H1 {
             io,
             buf: BytesMut::with_capacity(READ_CHUNK),
@@ -325,13 +324,10 @@ impl H1 {
                 return Ok(head);
             }
             if self.buf.len() > MAX_HEAD {
-                return Err(H1Error::Parse(format!(
-                    "the response head is larger than {} KiB",
-                    MAX_HEAD >> 10
-                )));
+                return Err(head_too_large());
             }
             if self.fill().await? == 0 {
-                return Err(H1Error::Closed);
+                return Err(H1Error::Closed(IN_HEAD));
             }
         }
     }
@@ -352,8 +348,18 @@ impl H1 {
                 &mut headers,
             );
             let len = match parsed {
+                // (Checked on a complete head too: the cap holds however the head arrived.)
+                Ok(httparse::Status::Complete(n)) if n > MAX_HEAD => {
+                    return Err(head_too_large());
+                }
                 Ok(httparse::Status::Complete(n)) => n,
                 Ok(httparse::Status::Partial) => return Ok(None),
+                Err(httparse::Error::Status) => {
+                    return Err(H1Error::Parse("invalid HTTP status-code".into()));
+                }
+                Err(httparse::Error::Version) => {
+                    return Err(H1Error::Parse("invalid HTTP version".into()));
+                }
                 Err(e) => return Err(H1Error::Parse(e.to_string())),
             };
             let code = resp.code.unwrap_or(0);
@@ -395,9 +401,7 @@ impl H1 {
                         let t = token.trim_ascii();
                         if t.eq_ignore_ascii_case(b"close") {
                             keep_alive = false;
-                        } else if t.eq_ignore_ascii_case(b"keep-alive")
-                            && resp.version == Some(0)
-                        {
+                        } else if t.eq_ignore_ascii_case(b"keep-alive") && resp.version == Some(0) {
                             keep_alive = true;
                         }
                     }
@@ -453,17 +457,13 @@ impl H1 {
                     return Err(H1Error::Parse("no response is being read".into()));
                 }
                 BodyState::Length(rem) => {
-                    if self.buf.is_empty() && self.fill().await? == 0 {
-                        return Err(H1Error::Closed);
-                    }
-                    let n = rem.min(self.buf.len() as u64);
-                    let data = self.buf.split_to(n as usize).freeze();
-                    self.body = if rem == n {
+                    let (data, left) = self.take(rem, IN_LENGTH).await?;
+                    self.body = if left == 0 {
                         BodyState::Done {
                             reusable: self.keep_alive,
                         }
                     } else {
-                        BodyState::Length(rem - n)
+                        BodyState::Length(left)
                     };
                     return Ok(Some(data));
                 }
@@ -475,6 +475,9 @@ impl H1 {
                     return Ok(Some(self.buf.split().freeze()));
                 }
                 BodyState::ChunkSize => match httparse::parse_chunk_size(&self.buf) {
+                    Ok(httparse::Status::Complete((used, _))) if used > MAX_CHUNK_LINE => {
+                        return Err(H1Error::Parse("chunk-size line too long".into()));
+                    }
                     Ok(httparse::Status::Complete((used, size))) => {
                         self.buf.advance(used);
                         self.body = if size == 0 {
@@ -488,28 +491,24 @@ impl H1 {
                             return Err(H1Error::Parse("chunk-size line too long".into()));
                         }
                         if self.fill().await? == 0 {
-                            return Err(H1Error::Closed);
+                            return Err(H1Error::Closed(IN_CHUNKED));
                         }
                     }
                     Err(_) => return Err(H1Error::Parse("invalid chunk size".into())),
                 },
                 BodyState::ChunkData(rem) => {
-                    if self.buf.is_empty() && self.fill().await? == 0 {
-                        return Err(H1Error::Closed);
-                    }
-                    let n = rem.min(self.buf.len() as u64);
-                    let data = self.buf.split_to(n as usize).freeze();
-                    self.body = if rem == n {
+                    let (data, left) = self.take(rem, IN_CHUNKED).await?;
+                    self.body = if left == 0 {
                         BodyState::ChunkEnd
                     } else {
-                        BodyState::ChunkData(rem - n)
+                        BodyState::ChunkData(left)
                     };
                     return Ok(Some(data));
                 }
                 BodyState::ChunkEnd => {
                     if self.buf.len() < 2 {
                         if self.fill().await? == 0 {
-                            return Err(H1Error::Closed);
+                            return Err(H1Error::Closed(IN_CHUNKED));
                         }
                         continue;
                     }
@@ -527,18 +526,31 @@ impl H1 {
                         };
                         return Ok(None);
                     }
+                    Some(i) if i > MAX_CHUNK_LINE => {
+                        return Err(H1Error::Parse("trailer line too long".into()));
+                    }
                     Some(i) => self.buf.advance(i + 2),
                     None => {
                         if self.buf.len() > MAX_CHUNK_LINE {
                             return Err(H1Error::Parse("trailer line too long".into()));
                         }
                         if self.fill().await? == 0 {
-                            return Err(H1Error::Closed);
+                            return Err(H1Error::Closed(IN_CHUNKED));
                         }
                     }
                 },
             }
         }
+    }
+
+    /// Up to `rem` bytes of a body of known length (reading more if none is buffered), and how
+    /// many are left after them; `closed` names the framing if the connection ends first.
+    async fn take(&mut self, rem: u64, closed: &'static str) -> Result<(Bytes, u64), H1Error> {
+        if self.buf.is_empty() && self.fill().await? == 0 {
+            return Err(H1Error::Closed(closed));
+        }
+        let n = rem.min(self.buf.len() as u64);
+        Ok((self.buf.split_to(n as usize).freeze(), rem - n))
     }
 
     /// Reads once more (at most `wait`), to learn why a fresh TLS connection failed: a TLS 1.3
@@ -550,6 +562,18 @@ impl H1 {
             _ => None,
         }
     }
+}
+
+/// Where a connection closed too early.
+const IN_HEAD: &str = "connection closed before message completed";
+const IN_LENGTH: &str = "end of file before message length reached";
+const IN_CHUNKED: &str = "end of file before the chunked body's last chunk";
+
+fn head_too_large() -> H1Error {
+    H1Error::Parse(format!(
+        "the response head is larger than {} KiB",
+        MAX_HEAD >> 10
+    ))
 }
 
 /// Writes a request head: the request line, `headers` as given (lowercase names) and the
@@ -604,19 +628,94 @@ pub(crate) fn header_lines(map: &HeaderMap) -> Vec<u8> {
     out
 }
 
+/// A response fed from memory in reads of the given sizes, for the fuzz target.
+pub(crate) struct MemIo {
+    chunks: std::collections::VecDeque<Vec<u8>>,
+}
+
+impl AsyncRead for MemIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        // An empty read is the end of the stream: empty pieces are skipped.
+        while self.chunks.front().is_some_and(Vec::is_empty) {
+            self.chunks.pop_front();
+        }
+        if let Some(front) = self.chunks.front_mut() {
+            let n = front.len().min(buf.remaining());
+            buf.put_slice(&front[..n]);
+            front.drain(..n);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for MemIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Reads one response to a `GET` from `chunks` (reads of those sizes, then the end of the
+/// stream): its status, its body and whether the connection could carry another request, or
+/// the error's text. Runs without a runtime (memory never makes a read wait).
+pub(crate) fn read_from_memory(chunks: &[&[u8]]) -> Result<(u16, Vec<u8>, bool), String> {
+    let io = MemIo {
+        chunks: chunks.iter().map(|c| c.to_vec()).collect(),
+    };
+    let mut h1 = H1::new(io);
+    let fut = async move {
+        h1.write_request(
+            b"GET / HTTP/1.1\r\nhost: fuzz\r\n\r\n",
+            &Segments::default(),
+        )
+        .await
+        .map_err(|(_, e)| e.to_string())?;
+        let head = h1.read_head(false).await.map_err(|e| e.to_string())?;
+        let mut body = Vec::new();
+        while let Some(b) = h1.chunk().await.map_err(|e| e.to_string())? {
+            body.extend_from_slice(&b);
+        }
+        Ok((head.status.as_u16(), body, h1.reusable()))
+    };
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        Poll::Ready(r) => r,
+        Poll::Pending => Err(WAITED.into()),
+    }
+}
+
+/// What [`read_from_memory`] answers if a read ever waited (it must not).
+pub(crate) const WAITED: &str = "the in-memory response made a read wait";
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    async fn pair() -> (H1, TcpStream) {
+    async fn pair() -> (H1<Transport>, TcpStream) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let (c, s) = tokio::join!(TcpStream::connect(addr), l.accept());
         (H1::new(Transport::Plain(c.unwrap())), s.unwrap().0)
     }
 
-    async fn body_of(h: &mut H1) -> Result<Vec<u8>, H1Error> {
+    async fn body_of(h: &mut H1<Transport>) -> Result<Vec<u8>, H1Error> {
         let mut out = Vec::new();
         while let Some(b) = h.chunk().await? {
             out.extend_from_slice(&b);
@@ -673,10 +772,19 @@ mod tests {
     async fn cuts_and_garbage_are_errors() {
         let cases: [(&[u8], &str); 5] = [
             (b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nhel", "closed"),
-            (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel", "closed"),
-            (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "chunk"),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel",
+                "closed",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+                "chunk",
+            ),
             (b"\x00\x01garbage\r\n\r\n", "parse"),
-            (b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n", "parse"),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
+                "parse",
+            ),
         ];
         for (wire, want) in cases {
             let (mut h, mut s) = pair().await;
@@ -705,7 +813,10 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_secs(5)).await;
         });
         let e = h.read_head(false).await.unwrap_err();
-        assert!(e.to_string().contains("larger than") || e.to_string().contains("headers"), "{e}");
+        assert!(
+            e.to_string().contains("larger than") || e.to_string().contains("headers"),
+            "{e}"
+        );
     }
 
     #[tokio::test]
@@ -715,6 +826,42 @@ mod tests {
         drop(s);
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         assert!(!h.idle_and_open());
+    }
+
+    #[test]
+    fn read_from_memory_the_same_whole_and_cut() {
+        let answers: [&[u8]; 6] = [
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3;x\r\nhel\r\n2\r\nlo\r\n0\r\nt: 1\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+            b"HTTP/1.1 200",
+        ];
+        /// Status, body and reusability, or the error's text.
+        type Reading<'a> = Result<(u16, &'a [u8], bool), &'a str>;
+        let want: [Reading<'_>; 6] = [
+            Ok((200, b"hello", true)),
+            Ok((200, b"hello", true)),
+            Ok((200, b"hello", false)),
+            Err(IN_LENGTH),
+            Err("invalid chunk size"),
+            Err(IN_HEAD),
+        ];
+        for (a, w) in answers.iter().zip(want) {
+            let whole = read_from_memory(&[a]);
+            let bytes: Vec<&[u8]> = a.chunks(1).collect();
+            assert_eq!(
+                whole,
+                read_from_memory(&bytes),
+                "{}",
+                String::from_utf8_lossy(a)
+            );
+            assert_eq!(
+                whole,
+                w.map(|(c, b, r)| (c, b.to_vec(), r)).map_err(str::to_owned)
+            );
+        }
     }
 
     #[test]
@@ -733,7 +880,14 @@ mod tests {
             b"POST /v1/chat/completions HTTP/1.1\r\nhost: h:1\r\ncontent-length: 12\r\n\r\n"
         );
         out.clear();
-        write_head(&mut out, &http::Method::GET, "/metrics", b"host: h:1\r\n", None, 0);
+        write_head(
+            &mut out,
+            &http::Method::GET,
+            "/metrics",
+            b"host: h:1\r\n",
+            None,
+            0,
+        );
         assert_eq!(out, b"GET /metrics HTTP/1.1\r\nhost: h:1\r\n\r\n");
     }
 }

@@ -33,9 +33,9 @@ mod completions;
 pub mod endpoint;
 pub mod error;
 mod fastchunk;
-mod h1;
 #[doc(hidden)]
 pub mod fuzzing;
+mod h1;
 pub mod limits;
 mod messages;
 pub mod openai;

@@ -198,7 +198,11 @@ async fn chunked_answers_with_trailers_and_a_connection_close() {
         assert_eq!(out.completion_tokens(), Some(2));
         assert_eq!(out.redials, 0, "turn {i}");
     }
-    assert_eq!(c.connections_opened(), 2, "kept alive once, closed after `connection: close`");
+    assert_eq!(
+        c.connections_opened(),
+        2,
+        "kept alive once, closed after `connection: close`"
+    );
 }
 
 #[tokio::test]
