@@ -327,13 +327,24 @@ pub struct Client {
     request_headers: HeaderMap,
     /// The same headers as they go on the wire (a request without headers of its own copies
     /// these bytes).
-    header_lines: Arc<[u8]>,
+    header_lines: HeaderLines,
     timeout: Duration,
     connect_timeout: Duration,
     limits: Limits,
     stats: Arc<ClientStats>,
     /// Scrubbed from every error returned ([`ClientConfig::secrets`] and the client's own).
     secrets: Secrets,
+}
+
+/// Header lines as they go on the wire. They hold the credentials in clear, so `Debug` shows
+/// only their length.
+#[derive(Clone)]
+struct HeaderLines(Arc<[u8]>);
+
+impl std::fmt::Debug for HeaderLines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes of header lines>", self.0.len())
+    }
 }
 
 /// What an `https://` client needs to open a connection.
@@ -456,7 +467,7 @@ impl Client {
             tls,
             scheme_authority,
             path_prefix,
-            header_lines: crate::h1::header_lines(&headers).into(),
+            header_lines: HeaderLines(crate::h1::header_lines(&headers).into()),
             request_headers: headers,
             timeout: config.timeout,
             limits: config.limits,
@@ -511,13 +522,13 @@ impl Client {
         extra: &[(HeaderName, HeaderValue)],
     ) -> Vec<u8> {
         let target = uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut head = Vec::with_capacity(self.header_lines.len() + target.len() + 64);
+        let mut head = Vec::with_capacity(self.header_lines.0.len() + target.len() + 64);
         if extra.is_empty() {
             crate::h1::write_head(
                 &mut head,
                 method,
                 target,
-                &self.header_lines,
+                &self.header_lines.0,
                 None,
                 body.len(),
             );

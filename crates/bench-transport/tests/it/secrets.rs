@@ -163,4 +163,10 @@ fn debug_never_shows_a_header_value() {
     let text = format!("{cfg:?} {:?}", Client::new(cfg.clone()).unwrap());
     assert!(text.contains("X-Custom"), "{text}");
     assert!(!text.contains("SECRET"), "{text}");
+    // Nor as the numbers of its bytes (a byte buffer's `Debug`).
+    for secret in [KEY, CUSTOM, API_KEY] {
+        let bytes = format!("{:?}", &secret.as_bytes()[..6]);
+        let numbers = bytes.trim_matches(['[', ']']);
+        assert!(!text.contains(numbers), "{secret} as bytes in {text}");
+    }
 }
