@@ -671,8 +671,8 @@ impl AsyncWrite for MemIo {
 }
 
 /// Reads one response to a `GET` from `chunks` (reads of those sizes, then the end of the
-/// stream): its status, its body and whether the connection could carry another request, or
-/// the error's text. Runs without a runtime (memory never makes a read wait).
+/// stream): its status, its body and whether the connection could carry another request (the
+/// response ended as framed and no byte followed it), or the error's text. Runs without a runtime (memory never makes a read wait).
 pub(crate) fn read_from_memory(chunks: &[&[u8]]) -> Result<(u16, Vec<u8>, bool), String> {
     let io = MemIo {
         chunks: chunks.iter().map(|c| c.to_vec()).collect(),
@@ -690,7 +690,10 @@ pub(crate) fn read_from_memory(chunks: &[&[u8]]) -> Result<(u16, Vec<u8>, bool),
         while let Some(b) = h1.chunk().await.map_err(|e| e.to_string())? {
             body.extend_from_slice(&b);
         }
-        Ok((head.status.as_u16(), body, h1.reusable()))
+        // Reusable: the response ended as framed and nothing followed it (bytes after it,
+        // read yet or not, leave the connection unusable whichever way they arrived).
+        let followed = h1.io.chunks.iter().any(|c| !c.is_empty());
+        Ok((head.status.as_u16(), body, h1.reusable() && !followed))
     };
     let mut fut = std::pin::pin!(fut);
     let mut cx = Context::from_waker(std::task::Waker::noop());
@@ -830,8 +833,11 @@ mod tests {
 
     #[test]
     fn read_from_memory_the_same_whole_and_cut() {
-        let answers: [&[u8]; 6] = [
+        let answers: [&[u8]; 7] = [
             b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello",
+            // Bytes after a complete response (fuzz target http_response, crash-b9abbb63):
+            // read whole they sat in the buffer, a byte at a time they were not read yet.
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhelloXYZ",
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3;x\r\nhel\r\n2\r\nlo\r\n0\r\nt: 1\r\n\r\n",
             b"HTTP/1.0 200 OK\r\n\r\nhello",
             b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nhello",
@@ -840,8 +846,9 @@ mod tests {
         ];
         /// Status, body and reusability, or the error's text.
         type Reading<'a> = Result<(u16, &'a [u8], bool), &'a str>;
-        let want: [Reading<'_>; 6] = [
+        let want: [Reading<'_>; 7] = [
             Ok((200, b"hello", true)),
+            Ok((200, b"hello", false)),
             Ok((200, b"hello", true)),
             Ok((200, b"hello", false)),
             Err(IN_LENGTH),
